@@ -1,0 +1,191 @@
+// Package v1alpha1 holds the PavProvisioner API (group pav.albertofaria.github.io,
+// kept from PaV so that existing PavProvisioner YAML works unchanged).
+//
+// Every phase object (volumeValidation, volumeCreation, ...) and every field inside
+// it may be a Jinja template string instead of its literal value, so the phases are
+// kept as untyped JSON here and only turned into typed configs when a phase is
+// evaluated for one volume (package phase).
+package v1alpha1
+
+import (
+	"encoding/json"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+const (
+	// GroupName is the API group of PavProvisioner.
+	GroupName = "pav.albertofaria.github.io"
+	// Version is the only served and stored version.
+	Version = "v1alpha1"
+	// Kind, Resource and ShortName name the custom resource.
+	Kind      = "PavProvisioner"
+	Resource  = "pavprovisioners"
+	ShortName = "pav"
+)
+
+// SchemeGroupVersion and Resource for clients (dynamic client, informers).
+var (
+	SchemeGroupVersion   = schema.GroupVersion{Group: GroupName, Version: Version}
+	GroupVersionResource = SchemeGroupVersion.WithResource(Resource)
+	GroupVersionKind     = SchemeGroupVersion.WithKind(Kind)
+)
+
+// ProvisioningMode is Dynamic or Static.
+type ProvisioningMode string
+
+const (
+	Dynamic ProvisioningMode = "Dynamic"
+	Static  ProvisioningMode = "Static"
+)
+
+// Phase names one of the five templated subtrees of the spec.
+type Phase string
+
+const (
+	PhaseValidation Phase = "validation"
+	PhaseCreation   Phase = "creation"
+	PhaseDeletion   Phase = "deletion"
+	PhaseStaging    Phase = "staging"
+	PhaseUnstaging  Phase = "unstaging"
+)
+
+// Phases lists the phases in lifecycle order.
+var Phases = []Phase{PhaseValidation, PhaseCreation, PhaseDeletion, PhaseStaging, PhaseUnstaging}
+
+// Field is the spec field that holds the phase ("volumeValidation", ...).
+func (p Phase) Field() string {
+	switch p {
+	case PhaseValidation:
+		return "volumeValidation"
+	case PhaseCreation:
+		return "volumeCreation"
+	case PhaseDeletion:
+		return "volumeDeletion"
+	case PhaseStaging:
+		return "volumeStaging"
+	case PhaseUnstaging:
+		return "volumeUnstaging"
+	}
+	return ""
+}
+
+// PavProvisioner implements one volume provisioner (and one CSI driver of the same
+// name) whose volume operations are pods instantiated from templates.
+type PavProvisioner struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   PavProvisionerSpec   `json:"spec"`
+	Status PavProvisionerStatus `json:"status,omitempty"`
+}
+
+// PavProvisionerSpec is the user's provisioner. Each phase is a JSON value: an
+// object, or a template string that evaluates (usually through `yaml`) to one.
+type PavProvisionerSpec struct {
+	ProvisioningModes []ProvisioningMode `json:"provisioningModes"`
+
+	VolumeValidation *Value `json:"volumeValidation,omitempty"`
+	VolumeCreation   *Value `json:"volumeCreation,omitempty"`
+	VolumeDeletion   *Value `json:"volumeDeletion,omitempty"`
+	VolumeStaging    *Value `json:"volumeStaging,omitempty"`
+	VolumeUnstaging  *Value `json:"volumeUnstaging,omitempty"`
+}
+
+// Phase returns the raw (unevaluated) subtree of a phase, or nil when absent.
+func (s *PavProvisionerSpec) Phase(p Phase) *Value {
+	switch p {
+	case PhaseValidation:
+		return s.VolumeValidation
+	case PhaseCreation:
+		return s.VolumeCreation
+	case PhaseDeletion:
+		return s.VolumeDeletion
+	case PhaseStaging:
+		return s.VolumeStaging
+	case PhaseUnstaging:
+		return s.VolumeUnstaging
+	}
+	return nil
+}
+
+// HasMode reports whether the provisioner allows a provisioning mode.
+func (s *PavProvisionerSpec) HasMode(m ProvisioningMode) bool {
+	for _, x := range s.ProvisioningModes {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// PavProvisionerStatus reports what the drivers found when they loaded the object.
+type PavProvisionerStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: "Valid" (literal values and template syntax check out).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Value is an arbitrary JSON value (object, list, string, number, bool) kept in
+// the form encoding/json decodes it to: map[string]any, []any, string, float64,
+// bool, nil. Use templating.Normalize before evaluating it, so integers stay
+// integers.
+type Value struct {
+	Data any `json:"-"`
+}
+
+// MarshalJSON writes the held value.
+func (v Value) MarshalJSON() ([]byte, error) { return json.Marshal(v.Data) }
+
+// UnmarshalJSON keeps whatever JSON value is given.
+func (v *Value) UnmarshalJSON(b []byte) error {
+	var d any
+	if err := json.Unmarshal(b, &d); err != nil {
+		return err
+	}
+	v.Data = d
+	return nil
+}
+
+// PavProvisionerList is a list of PavProvisioners.
+type PavProvisionerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PavProvisioner `json:"items"`
+}
+
+// DeepCopyObject implements runtime.Object.
+func (p *PavProvisioner) DeepCopyObject() runtime.Object { return p.DeepCopy() }
+
+// DeepCopy copies the object through JSON: the phases are untyped trees and the
+// object is small, so a generated deep-copy would buy nothing.
+func (p *PavProvisioner) DeepCopy() *PavProvisioner {
+	if p == nil {
+		return nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic(err) // cannot happen: every field marshals
+	}
+	out := &PavProvisioner{}
+	if err := json.Unmarshal(b, out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *PavProvisionerList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &PavProvisionerList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	for i := range l.Items {
+		out.Items = append(out.Items, *l.Items[i].DeepCopy())
+	}
+	return out
+}
