@@ -1,3 +1,61 @@
+// Command pav is Pods-as-Volumes: one binary for the CSI driver (`pav driver`),
+// the report sidecar its pods carry (`pav report`), and the offline tools that
+// show a provisioner author what their templates produce (`pav template`,
+// `pav render`).
 package main
 
-func main() {}
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time: -ldflags "-X main.version=v0.1.0".
+var version = "v0.1.0-dev"
+
+const usage = `pav — Pods-as-Volumes: volume provisioners written as pod templates.
+
+Usage:
+  pav driver   --provisioner NAME --mode controller|node|all [flags]   serve the CSI driver
+  pav render   -f provisioner.yaml --phase PHASE [inputs]               show a phase's pod as pav would submit it
+  pav template [FILE|-] [--vars FILE]                                   evaluate every string of a YAML document
+  pav report   --dir /pav [--check-ready]                               the report sidecar of pav's pods
+  pav version
+
+Run 'pav COMMAND -h' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "driver":
+		return runDriver(ctx, args[1:], stderr)
+	case "render":
+		return runRender(ctx, args[1:], stdin, stdout, stderr)
+	case "template":
+		return runTemplate(ctx, args[1:], stdin, stdout, stderr)
+	case "report":
+		return runReport(ctx, args[1:])
+	case "version", "--version":
+		fmt.Fprintln(stdout, version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "pav: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/controllerserver"
+	"github.com/pods-as-volumes/pav/nodeserver"
+	"github.com/pods-as-volumes/pav/phase"
+	"github.com/pods-as-volumes/pav/podrunner"
+	"github.com/pods-as-volumes/pav/provisioner"
+	"github.com/pods-as-volumes/pav/templating"
+	"github.com/pods-as-volumes/pav/volume"
+)
+
+// renderInputs are `pav render`'s flags.
+type renderInputs struct {
+	file, phase, pvc, sc, pv, node, handle, capacity, reportImage string
+	params                                                        paramFlag
+	readOnly                                                      bool
+}
+
+type paramFlag map[string]string
+
+func (p paramFlag) String() string { return fmt.Sprint(map[string]string(p)) }
+func (p paramFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	p[k] = v
+	return nil
+}
+
+// rendered is what `pav render` prints: the typed result of the phase and the
+// pod exactly as pav would submit it (report sidecar and /pav volume included).
+type rendered struct {
+	Phase      v1alpha1.Phase      `json:"phase"`
+	Validation *renderedValidation `json:"validation,omitempty"`
+	Creation   *renderedCreation   `json:"creation,omitempty"`
+	Pod        *corev1.Pod         `json:"pod,omitempty"`
+	Note       string              `json:"note,omitempty"`
+}
+
+type renderedValidation struct {
+	VolumeModes []corev1.PersistentVolumeMode       `json:"volumeModes"`
+	AccessModes []corev1.PersistentVolumeAccessMode `json:"accessModes"`
+	MinCapacity int64                               `json:"minCapacity"`
+	MaxCapacity *int64                              `json:"maxCapacity"`
+	Result      string                              `json:"result"`
+}
+
+type renderedCreation struct {
+	Handle   string `json:"handle,omitempty"`
+	Capacity *int64 `json:"capacity,omitempty"`
+}
+
+func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	in := renderInputs{params: paramFlag{}}
+	fs := flag.NewFlagSet("pav render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&in.file, "f", "", "the PavProvisioner (YAML or JSON; - for stdin)")
+	fs.StringVar(&in.phase, "phase", "", "validation, creation, deletion, staging or unstaging")
+	fs.StringVar(&in.pvc, "pvc", "", "PersistentVolumeClaim YAML (dynamic phases; staging when bound)")
+	fs.StringVar(&in.sc, "sc", "", "StorageClass YAML (dynamic phases; default: parameters from --param only)")
+	fs.StringVar(&in.pv, "pv", "", "PersistentVolume YAML (static validation, deletion, staging, unstaging)")
+	fs.StringVar(&in.node, "node", "", "Node YAML (staging, unstaging)")
+	fs.StringVar(&in.handle, "handle", "", "volume handle (deletion; default: the PV's or pvc-<uid>)")
+	fs.StringVar(&in.capacity, "capacity", "", "volume capacity (deletion, staging; default: the PV's)")
+	fs.BoolVar(&in.readOnly, "read-only", false, "staging: stage read-only")
+	fs.StringVar(&in.reportImage, "report-image", "ghcr.io/pods-as-volumes/pav:latest", "image of the report sidecar in the printed pod")
+	fs.Var(in.params, "param", "a parameter key=value (StorageClass parameters or PV volumeAttributes); repeatable, wins over --sc/--pv")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	out, err := render(ctx, in, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "pav render: %v\n", err)
+		return 1
+	}
+	b, err := yaml.Marshal(out)
+	if err != nil {
+		fmt.Fprintf(stderr, "pav render: %v\n", err)
+		return 1
+	}
+	_, _ = stdout.Write(b)
+	return 0
+}
+
+func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, error) {
+	if in.file == "" {
+		return nil, fmt.Errorf("-f provisioner.yaml is required")
+	}
+	data, err := readInput(in.file, stdin)
+	if err != nil {
+		return nil, err
+	}
+	p, err := provisioner.Load(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := phase.Check(p); err != nil {
+		return nil, err
+	}
+	var objs phase.Objects
+	for _, f := range []struct {
+		flag, path string
+		into       runtime.Object
+		set        func()
+	}{
+		{"--pvc", in.pvc, &corev1.PersistentVolumeClaim{}, nil},
+		{"--sc", in.sc, &storagev1.StorageClass{}, nil},
+		{"--pv", in.pv, &corev1.PersistentVolume{}, nil},
+		{"--node", in.node, &corev1.Node{}, nil},
+	} {
+		if f.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.flag, err)
+		}
+		if err := yaml.UnmarshalStrict(b, f.into); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", f.flag, f.path, err)
+		}
+		switch o := f.into.(type) {
+		case *corev1.PersistentVolumeClaim:
+			objs.PVC = o
+		case *storagev1.StorageClass:
+			objs.SC = o
+		case *corev1.PersistentVolume:
+			objs.PV = o
+		case *corev1.Node:
+			objs.Node = o
+		}
+	}
+	eval := phase.NewEvaluator(offlinePVCs{objs.PVC})
+	ph := v1alpha1.Phase(in.phase)
+	out := &rendered{Phase: ph}
+	need := func(what string, ok bool) error {
+		if !ok {
+			return fmt.Errorf("the %s phase needs %s", ph, what)
+		}
+		return nil
+	}
+	switch ph {
+	case v1alpha1.PhaseValidation:
+		var r phase.Request
+		var vars templating.Vars
+		handle := ""
+		switch {
+		case objs.PVC != nil:
+			r = claimRequest(objs.PVC, objs.SC, in.params)
+			vars, err = phase.ValidationVars(r, phase.Objects{PVC: objs.PVC, SC: objs.SC}, "")
+		case objs.PV != nil:
+			r, handle = pvRequest(objs.PV, in.params)
+			vars, err = phase.ValidationVars(r, phase.Objects{PV: objs.PV, PVC: objs.PVC}, handle)
+		default:
+			return nil, need("--pvc (dynamic provisioning) or --pv (static provisioning)", false)
+		}
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := eval.Validation(ctx, p, vars)
+		if err != nil {
+			return nil, err
+		}
+		v := &renderedValidation{VolumeModes: cfg.VolumeModes, AccessModes: cfg.AccessModes, MinCapacity: cfg.MinCapacity, MaxCapacity: cfg.MaxCapacity, Result: "the request passes spec.volumeValidation"}
+		if err := controllerserver.CheckRequest(cfg, r); err != nil {
+			v.Result = "REJECTED: " + statusMessage(err)
+		}
+		out.Validation = v
+		return out, setPod(out, p.Name, ph, "validation", cfg.PodTemplate, "", in.reportImage)
+	case v1alpha1.PhaseCreation, v1alpha1.PhaseDeletion:
+		if err := need("--pvc", objs.PVC != nil); err != nil {
+			return nil, err
+		}
+		r := claimRequest(objs.PVC, objs.SC, in.params)
+		defHandle := "pvc-" + string(objs.PVC.UID)
+		o := phase.Objects{PVC: objs.PVC, SC: objs.SC}
+		if ph == v1alpha1.PhaseCreation {
+			vars, err := phase.CreationVars(r, o, defHandle)
+			if err != nil {
+				return nil, err
+			}
+			cfg, err := eval.Creation(ctx, p, vars)
+			if err != nil {
+				return nil, err
+			}
+			out.Creation = &renderedCreation{Handle: cfg.Handle, Capacity: cfg.Capacity}
+			return out, setPod(out, p.Name, ph, defHandle, cfg.PodTemplate, "", in.reportImage)
+		}
+		handle, capacity := in.handle, int64(0)
+		if objs.PV != nil && objs.PV.Spec.CSI != nil {
+			if handle == "" {
+				handle = objs.PV.Spec.CSI.VolumeHandle
+			}
+			if q, ok := objs.PV.Spec.Capacity[corev1.ResourceStorage]; ok {
+				capacity = q.Value()
+			}
+		}
+		if handle == "" {
+			handle = defHandle
+		}
+		if in.capacity != "" {
+			if capacity, err = phase.ParseCapacity(in.capacity, phase.Floor); err != nil {
+				return nil, fmt.Errorf("--capacity: %w", err)
+			}
+		}
+		vars, err := phase.DeletionVars(r, o, defHandle, handle, capacity)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := eval.Deletion(ctx, p, vars)
+		if err != nil {
+			return nil, err
+		}
+		return out, setPod(out, p.Name, ph, "delete/"+handle, cfg.PodTemplate, "", in.reportImage)
+	case v1alpha1.PhaseStaging, v1alpha1.PhaseUnstaging:
+		if err := need("--pv (the PersistentVolume being staged)", objs.PV != nil && objs.PV.Spec.CSI != nil); err != nil {
+			return nil, err
+		}
+		if err := need("--node", objs.Node != nil); err != nil {
+			return nil, err
+		}
+		st := stagedFrom(objs.PV, objs.PVC, in)
+		if in.capacity != "" {
+			if st.Capacity, err = phase.ParseCapacity(in.capacity, phase.Floor); err != nil {
+				return nil, fmt.Errorf("--capacity: %w", err)
+			}
+		}
+		vars, err := phase.StagingVars(st, objs)
+		if err != nil {
+			return nil, err
+		}
+		var cfg *phase.PodConfig
+		if ph == v1alpha1.PhaseStaging {
+			cfg, err = eval.Staging(ctx, p, vars)
+		} else {
+			cfg, err = eval.Unstaging(ctx, p, vars)
+		}
+		if err != nil {
+			return nil, err
+		}
+		hostDir := filepath.Join(nodeserver.VolumeDir(filepath.Join("/var/lib/kubelet/plugins", p.Name, "volumes"), st.Handle), "pav")
+		return out, setPod(out, p.Name, ph, st.Handle+"@"+objs.Node.Name, cfg.PodTemplate, objs.Node.Name, in.reportImage, hostDir)
+	}
+	return nil, fmt.Errorf("--phase must be validation, creation, deletion, staging or unstaging, got %q", in.phase)
+}
+
+// setPod builds the pod as podrunner would, or notes that the phase has none.
+func setPod(out *rendered, prov string, ph v1alpha1.Phase, key string, t *corev1.PodTemplateSpec, node, image string, hostPath ...string) error {
+	if t == nil {
+		out.Note = fmt.Sprintf("spec.%s has no podTemplate: no pod runs in this phase", ph.Field())
+		return nil
+	}
+	op := podrunner.Operation{Provisioner: prov, Phase: ph, VolumeKey: key, Template: *t, NodeName: node, KeepRunning: ph == v1alpha1.PhaseStaging}
+	if len(hostPath) > 0 {
+		op.HostPath = hostPath[0]
+	}
+	pod, err := podrunner.BuildPod(op, image)
+	if err != nil {
+		return err
+	}
+	pod.APIVersion, pod.Kind = "v1", "Pod"
+	out.Pod = pod
+	return nil
+}
+
+// claimRequest is what a PVC asks for, as the controller plugin reads it.
+func claimRequest(pvc *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass, params map[string]string) phase.Request {
+	r := phase.Request{VolumeMode: corev1.PersistentVolumeFilesystem, AccessModes: pvc.Spec.AccessModes, Params: map[string]string{}}
+	if pvc.Spec.VolumeMode != nil {
+		r.VolumeMode = *pvc.Spec.VolumeMode
+	}
+	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+		r.MinCapacity = q.Value()
+	}
+	if q, ok := pvc.Spec.Resources.Limits[corev1.ResourceStorage]; ok {
+		v := q.Value()
+		r.MaxCapacity = &v
+	}
+	if sc != nil {
+		for k, v := range sc.Parameters {
+			r.Params[k] = v
+		}
+	}
+	for k, v := range params {
+		r.Params[k] = v
+	}
+	return r
+}
+
+// pvRequest is what a static PV asks for: min = max = its capacity.
+func pvRequest(pv *corev1.PersistentVolume, params map[string]string) (phase.Request, string) {
+	st := stagedFrom(pv, nil, renderInputs{params: params})
+	c := st.Capacity
+	return phase.Request{VolumeMode: st.VolumeMode, AccessModes: pv.Spec.AccessModes, MinCapacity: c, MaxCapacity: &c, Params: st.Params}, st.Handle
+}
+
+func stagedFrom(pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim, in renderInputs) phase.Staged {
+	st := phase.Staged{VolumeMode: corev1.PersistentVolumeFilesystem, AccessModes: pv.Spec.AccessModes, Params: map[string]string{}, ReadOnly: in.readOnly}
+	if pv.Spec.VolumeMode != nil {
+		st.VolumeMode = *pv.Spec.VolumeMode
+	}
+	if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+		st.Capacity = q.Value()
+	}
+	if pv.Spec.CSI != nil {
+		st.Handle = pv.Spec.CSI.VolumeHandle
+		st.Params = volume.UserParams(pv.Spec.CSI.VolumeAttributes)
+		st.ReadOnly = st.ReadOnly || pv.Spec.CSI.ReadOnly
+	}
+	if pvc != nil {
+		st.AccessModes = pvc.Spec.AccessModes
+	}
+	for k, v := range in.params {
+		st.Params[k] = v
+	}
+	return st
+}
+
+// offlinePVCs serves get_pvc from the --pvc file.
+type offlinePVCs struct{ pvc *corev1.PersistentVolumeClaim }
+
+func (o offlinePVCs) GetPVC(_ context.Context, namespace, name string) (map[string]any, error) {
+	if o.pvc == nil || o.pvc.Name != name || o.pvc.Namespace != namespace {
+		return nil, fmt.Errorf("PersistentVolumeClaim %s/%s not found (offline, get_pvc sees only the --pvc file)", namespace, name)
+	}
+	return phase.ObjectVar(o.pvc)
+}
+
+func statusMessage(err error) string { return status.Convert(err).Message() }

@@ -1,0 +1,18 @@
+// Package deploy holds pav's Kubernetes manifests. The PavProvisioner CRD and its
+// companion ValidatingAdmissionPolicy are embedded here so that other packages and
+// tests can install or inspect them.
+package deploy
+
+import _ "embed"
+
+// CRDYAML is the PavProvisioner CustomResourceDefinition (crd/pavprovisioners.yaml).
+//
+//go:embed crd/pavprovisioners.yaml
+var CRDYAML []byte
+
+// PolicyYAML is the ValidatingAdmissionPolicy and its binding (two YAML documents,
+// crd/pavprovisioners-policy.yaml) that check the parts of a PavProvisioner the CRD
+// schema cannot: inside the template-or-value fields. It needs Kubernetes 1.30+.
+//
+//go:embed crd/pavprovisioners-policy.yaml
+var PolicyYAML []byte

@@ -1,0 +1,218 @@
+//go:build linux
+
+// Package hostmount holds the few mount operations the node plugin performs on
+// the host (bind mounts, unmounts, mount-point checks) and the safe resolution of
+// paths a staging pod wrote, so that the node server's logic stays testable.
+package hostmount
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bind bind-mounts src on dst (recursively, so that mounts a FUSE daemon made
+// below src come along) and makes it read-only when asked: a read-only bind needs
+// a second, remounting call.
+func Bind(src, dst string, readOnly bool) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind mount %s on %s: %w", src, dst, err)
+	}
+	if readOnly {
+		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			_ = unix.Unmount(dst, unix.MNT_DETACH)
+			return fmt.Errorf("remount %s read-only: %w", dst, err)
+		}
+	}
+	return nil
+}
+
+// IsMountPoint reports whether path is a mount point, from mountinfo: comparing
+// st_dev with the parent misses bind mounts from the same file system.
+func IsMountPoint(path string) (bool, error) {
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return false, err
+	}
+	mps, err := mountPoints()
+	if err != nil {
+		return false, err
+	}
+	for _, mp := range mps {
+		if mp == path {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Unmount removes every mount stacked on path; a path that is not mounted (or
+// does not exist) is fine.
+func Unmount(path string) error {
+	for i := 0; i < 16; i++ {
+		mounted, err := IsMountPoint(path)
+		if err != nil || !mounted {
+			return err
+		}
+		if err := unix.Unmount(path, 0); err != nil {
+			if errors.Is(err, unix.EBUSY) {
+				// Still in use (a process with its cwd inside): detach it so the
+				// volume goes away as soon as the last user does.
+				err = unix.Unmount(path, unix.MNT_DETACH)
+			}
+			if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("unmount %s: %w", path, err)
+			}
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted after 16 unmounts", path)
+}
+
+// UnmountAll detaches every mount at or below root, deepest first, so that a
+// directory can be removed without leaking a mount a staging pod left behind.
+func UnmountAll(root string) error {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 64; i++ {
+		mps, err := mountPoints()
+		if err != nil {
+			return err
+		}
+		var under []string
+		for _, mp := range mps {
+			if mp == root || strings.HasPrefix(mp, root+"/") {
+				under = append(under, mp)
+			}
+		}
+		if len(under) == 0 {
+			return nil
+		}
+		sort.Slice(under, func(i, j int) bool { return len(under[i]) > len(under[j]) })
+		for _, mp := range under {
+			if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("unmount %s: %w", mp, err)
+			}
+		}
+	}
+	return fmt.Errorf("mounts under %s keep coming back", root)
+}
+
+// mountPoints lists this mount namespace's mount points, unescaped.
+func mountPoints() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		out = append(out, unescapeOctal(fields[4]))
+	}
+	return out, sc.Err()
+}
+
+// unescapeOctal undoes mountinfo's \040-style escaping of spaces, tabs, newlines
+// and backslashes.
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Resolve maps a path as a pod sees it under mountPath (e.g. /pav/volume) to the
+// host path under root (the hostPath directory behind mountPath), following
+// symlinks the way the pod would see them, and refuses anything that leaves
+// root: a staging pod must not make the node plugin expose a host path of its
+// choosing.
+func Resolve(root, mountPath, podPath string) (string, error) {
+	if podPath != mountPath && !strings.HasPrefix(podPath, mountPath+"/") {
+		return "", fmt.Errorf("%s is not inside %s", podPath, mountPath)
+	}
+	rest := strings.TrimPrefix(podPath, mountPath)
+	pending := splitPath(rest)
+	var resolved []string // components below root, all already resolved
+	links := 0
+	for len(pending) > 0 {
+		c := pending[0]
+		pending = pending[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(resolved) == 0 {
+				return "", fmt.Errorf("%s leads outside %s", podPath, mountPath)
+			}
+			resolved = resolved[:len(resolved)-1]
+			continue
+		}
+		host := filepath.Join(append([]string{root}, append(resolved, c)...)...)
+		fi, err := os.Lstat(host)
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			resolved = append(resolved, c)
+			continue
+		}
+		if links++; links > 40 {
+			return "", fmt.Errorf("%s: too many levels of symbolic links", podPath)
+		}
+		target, err := os.Readlink(host)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			if target != mountPath && !strings.HasPrefix(target, mountPath+"/") {
+				return "", fmt.Errorf("%s is a symbolic link to %s, outside %s", podPath, target, mountPath)
+			}
+			resolved = nil
+			target = strings.TrimPrefix(target, mountPath)
+		}
+		pending = append(splitPath(target), pending...)
+	}
+	return filepath.Join(append([]string{root}, resolved...)...), nil
+}
+
+func splitPath(p string) []string { return strings.Split(strings.Trim(p, "/"), "/") }
+
+// BlockSize returns the size in bytes of a block device.
+func BlockSize(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var size uint64
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); errno != 0 {
+		return 0, fmt.Errorf("BLKGETSIZE64 on %s: %w", path, errno)
+	}
+	return int64(size), nil
+}

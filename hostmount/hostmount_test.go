@@ -1,0 +1,140 @@
+//go:build linux
+
+package hostmount
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mount tests need root (CI runs as root)")
+	}
+}
+
+func TestBindReadOnlyAndUnmount(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	for _, d := range []string{src, dst} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Bind(src, dst, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = UnmountAll(dir) })
+	if mp, err := IsMountPoint(dst); err != nil || !mp {
+		t.Fatalf("IsMountPoint(dst) = %v, %v; want true", mp, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "f")); err != nil || string(b) != "hello" {
+		t.Fatalf("read through bind mount: %q, %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "g"), nil, 0o644); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("write on read-only bind mount: err = %v, want read-only file system", err)
+	}
+	if err := Unmount(dst); err != nil {
+		t.Fatal(err)
+	}
+	if mp, _ := IsMountPoint(dst); mp {
+		t.Fatal("still mounted after Unmount")
+	}
+	if err := Unmount(dst); err != nil {
+		t.Fatalf("second Unmount must be a no-op: %v", err)
+	}
+}
+
+func TestUnmountAllNested(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a")
+	b := filepath.Join(a, "b")
+	if err := os.MkdirAll(a, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", a, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", b, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := UnmountAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{a, b} {
+		if mp, _ := IsMountPoint(p); mp {
+			t.Fatalf("%s still mounted", p)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	root := t.TempDir()
+	mk := func(p string) {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln := func(target, p string) {
+		if err := os.Symlink(target, filepath.Join(root, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("data/real")
+	ln("/pav/data/real", "abs")
+	ln("data/real", "rel")
+	ln("/etc", "escape-abs")
+	ln("../../..", "escape-rel")
+	ln("loop2", "loop1")
+	ln("loop1", "loop2")
+	ln("/pav/abs", "chain")
+	for _, tc := range []struct {
+		in, want, wantErr string
+	}{
+		{in: "/pav/data/real", want: "data/real"},
+		{in: "/pav/abs", want: "data/real"},
+		{in: "/pav/rel", want: "data/real"},
+		{in: "/pav/chain", want: "data/real"},
+		{in: "/pav/data/../data/real", want: "data/real"},
+		{in: "/pav/escape-abs", wantErr: "outside /pav"},
+		{in: "/pav/escape-rel", wantErr: "leads outside"},
+		{in: "/pav/loop1", wantErr: "too many levels"},
+		{in: "/pav/missing", wantErr: "no such file"},
+		{in: "/etc/passwd", wantErr: "not inside"},
+	} {
+		got, err := Resolve(root, "/pav", tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Resolve(%s) = %q, %v; want error %q", tc.in, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != filepath.Join(root, tc.want) {
+			t.Errorf("Resolve(%s) = %q, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestUnescapeOctal(t *testing.T) {
+	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\134y`: `/x\y`, `/end\04`: `/end\04`} {
+		if got := unescapeOctal(in); got != want {
+			t.Errorf("unescapeOctal(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

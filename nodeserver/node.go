@@ -1,0 +1,524 @@
+// Package nodeserver is the CSI Node service of pav. NodeStageVolume runs the
+// provisioner's staging pod on this node with a per-volume host directory at
+// /pav, checks the /pav/volume it exposes, and bind-mounts it at the staging
+// path; NodeUnstageVolume stops that pod and runs the unstaging pod on the same
+// directory. NodePublish/Unpublish bind-mount the staged volume into pods.
+package nodeserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/controllerserver"
+	"github.com/pods-as-volumes/pav/hostmount"
+	"github.com/pods-as-volumes/pav/inflight"
+	"github.com/pods-as-volumes/pav/phase"
+	"github.com/pods-as-volumes/pav/podrunner"
+	"github.com/pods-as-volumes/pav/provisioner"
+	"github.com/pods-as-volumes/pav/volume"
+)
+
+// PodRunner runs and removes phase pods (podrunner.Runner).
+type PodRunner interface {
+	Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error)
+	Delete(ctx context.Context, op podrunner.Operation) error
+}
+
+// Server implements csi.NodeServer.
+type Server struct {
+	csi.UnimplementedNodeServer
+
+	NodeID   string
+	StateDir string // host directory for per-volume state; must be the same path in and out of the plugin's container
+	Source   provisioner.Source
+	Eval     *phase.Evaluator
+	Pods     PodRunner
+	Client   kubernetes.Interface      // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
+	PVs      controllerserver.PVLookup // nil without Kubernetes
+
+	busy inflight.Set
+}
+
+// staged is what NodeStageVolume leaves for NodeUnstageVolume, which gets
+// neither the volume context nor the capability.
+type staged struct {
+	Handle     string                              `json:"handle"`
+	VolumeMode corev1.PersistentVolumeMode         `json:"volumeMode"`
+	Access     []corev1.PersistentVolumeAccessMode `json:"accessModes"`
+	Capacity   int64                               `json:"capacity"`
+	Params     map[string]string                   `json:"params"`
+	ReadOnly   bool                                `json:"readOnly"`
+	PV         string                              `json:"pv,omitempty"`
+	StagedAt   string                              `json:"stagingTargetPath"`
+}
+
+const (
+	podVolume  = podrunner.MountPath + "/volume"
+	deviceFile = "device" // the block device's bind mount inside the staging path
+)
+
+// volumeDir is the per-volume directory on this node: state.json and pav/ (the
+// /pav of the staging and unstaging pods). Hashing the handle keeps arbitrary
+// handles (slashes, length) out of path names.
+func (s *Server) volumeDir(handle string) string { return VolumeDir(s.StateDir, handle) }
+
+// VolumeDir is the per-volume directory of handle under a node's state directory.
+func VolumeDir(stateDir, handle string) string {
+	sum := sha256.Sum256([]byte(handle))
+	return filepath.Join(stateDir, hex.EncodeToString(sum[:12]))
+}
+
+func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: s.NodeID}, nil
+}
+
+func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
+		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}},
+	}}}, nil
+}
+
+// NodeStageVolume makes the volume available at the staging path by running the
+// staging pod on this node.
+func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	handle, target := req.GetVolumeId(), req.GetStagingTargetPath()
+	switch {
+	case handle == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case target == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	mode, err := volume.CapabilityMode(req.GetVolumeCapability())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	accessMode, err := volume.KubeAccessMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	p, err := s.Source.Get(true)
+	if err != nil {
+		return nil, err
+	}
+	release, ok := s.busy.TryAcquire(handle)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
+	}
+	defer release()
+
+	dir := s.volumeDir(handle)
+	if done, err := s.alreadyStaged(dir, target, mode); done || err != nil {
+		return &csi.NodeStageVolumeResponse{}, err
+	}
+
+	st := &staged{Handle: handle, VolumeMode: mode, Access: []corev1.PersistentVolumeAccessMode{accessMode},
+		Params: volume.UserParams(req.GetVolumeContext()), StagedAt: target,
+		ReadOnly: isReadOnly(req.GetVolumeCapability())}
+	capacity, _, dynamic, err := volume.ParseContext(req.GetVolumeContext())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	st.Capacity = capacity
+	objs, err := s.objects(ctx, handle, st)
+	if err != nil {
+		return nil, err
+	}
+	if !dynamic {
+		if err := s.validateStatic(ctx, p, st, objs); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "pav"), 0o750); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := writeState(dir, st); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+
+	vars, err := phase.StagingVars(st.vars(), objs)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	cfg, err := s.Eval.Staging(ctx, p, vars)
+	if err != nil {
+		return nil, volume.Status(err, codes.InvalidArgument)
+	}
+	op := s.op(p.Name, v1alpha1.PhaseStaging, handle, dir, *cfg.PodTemplate)
+	op.KeepRunning = true
+	if _, err := s.Pods.Run(ctx, op); err != nil {
+		var pf *podrunner.PodFailure
+		if errors.As(err, &pf) {
+			err = s.revertStaging(ctx, p, st, objs, dir, fmt.Errorf("volume staging failed: %w", err))
+		}
+		return nil, volume.Status(err, codes.Internal)
+	}
+	if err := s.expose(dir, target, st); err != nil {
+		return nil, volume.Status(s.revertStaging(ctx, p, st, objs, dir, err), codes.Internal)
+	}
+	klog.V(2).InfoS("volume staged", "handle", handle, "stagingTargetPath", target, "mode", mode)
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// alreadyStaged makes a repeated NodeStageVolume succeed without a second pod.
+func (s *Server) alreadyStaged(dir, target string, mode corev1.PersistentVolumeMode) (bool, error) {
+	st, err := readState(dir)
+	if err != nil || st == nil {
+		return false, err
+	}
+	mounted, err := hostmount.IsMountPoint(exposedPath(target, mode))
+	if err != nil || !mounted {
+		return false, err
+	}
+	if st.StagedAt != target {
+		return false, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", st.Handle, st.StagedAt)
+	}
+	if st.VolumeMode != mode {
+		return false, status.Errorf(codes.AlreadyExists, "volume %s is staged as a %s volume", st.Handle, st.VolumeMode)
+	}
+	return true, nil
+}
+
+// expose checks /pav/volume and bind-mounts it at the staging path.
+func (s *Server) expose(dir, target string, st *staged) error {
+	src, err := hostmount.Resolve(filepath.Join(dir, "pav"), podrunner.MountPath, podVolume)
+	if err != nil {
+		return fmt.Errorf("the staging pod did not provide /pav/volume: %w", err)
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("the staging pod did not provide /pav/volume: %w", err)
+	}
+	dst := exposedPath(target, st.VolumeMode)
+	if st.VolumeMode == corev1.PersistentVolumeBlock {
+		if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+			return fmt.Errorf("/pav/volume must be a block special file for a Block volume, found %s", fi.Mode().Type())
+		}
+		size, err := hostmount.BlockSize(src)
+		if err != nil {
+			return err
+		}
+		if st.Capacity > 0 && size != st.Capacity {
+			return fmt.Errorf("/pav/volume is a block device of %d bytes, but the volume's capacity is %d bytes", size, st.Capacity)
+		}
+		if err := os.MkdirAll(target, 0o750); err != nil {
+			return err
+		}
+		if err := touch(dst); err != nil {
+			return err
+		}
+		return hostmount.Bind(src, dst, false)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("/pav/volume must be a directory for a Filesystem volume, found %s", describeMode(fi.Mode()))
+	}
+	if err := os.MkdirAll(dst, 0o750); err != nil {
+		return err
+	}
+	return hostmount.Bind(src, dst, false)
+}
+
+// revertStaging stops the staging pod, runs the unstaging pod on the same
+// directory, and returns cause (plus what failed in reverting).
+func (s *Server) revertStaging(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string, cause error) error {
+	if err := s.unstage(ctx, p, st, objs, dir); err != nil {
+		klog.ErrorS(err, "unstaging after a failed staging failed too", "handle", st.Handle)
+		return fmt.Errorf("%w; unstaging it failed too: %v", cause, err)
+	}
+	return cause
+}
+
+// unstage removes the staging pod, runs the unstaging pod (if any) on the same
+// /pav directory, and only then detaches leftover mounts and removes the
+// directory: a failed unstaging keeps the directory for the retry.
+func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string) error {
+	stagingOp := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseStaging, VolumeKey: s.key(st.Handle), NodeName: s.NodeID}
+	if err := s.Pods.Delete(ctx, stagingOp); err != nil {
+		return fmt.Errorf("removing the staging pod: %w", err)
+	}
+	vars, err := phase.StagingVars(st.vars(), objs)
+	if err != nil {
+		return err
+	}
+	cfg, err := s.Eval.Unstaging(ctx, p, vars)
+	if err != nil {
+		return err
+	}
+	if cfg.PodTemplate != nil {
+		if _, err := s.Pods.Run(ctx, s.op(p.Name, v1alpha1.PhaseUnstaging, st.Handle, dir, *cfg.PodTemplate)); err != nil {
+			return fmt.Errorf("volume unstaging failed: %w", err)
+		}
+	}
+	if err := hostmount.UnmountAll(dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// NodeUnstageVolume undoes NodeStageVolume. An unknown volume is already unstaged.
+func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	handle, target := req.GetVolumeId(), req.GetStagingTargetPath()
+	switch {
+	case handle == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case target == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	release, ok := s.busy.TryAcquire(handle)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
+	}
+	defer release()
+
+	dir := s.volumeDir(handle)
+	st, err := readState(dir)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	for _, m := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock} {
+		if err := hostmount.Unmount(exposedPath(target, m)); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	_ = os.Remove(filepath.Join(target, deviceFile))
+	if st == nil {
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
+	p, err := s.Source.Get(false)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := s.objects(ctx, handle, st)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.unstage(ctx, p, st, objs, dir); err != nil {
+		return nil, volume.Status(err, codes.Internal)
+	}
+	klog.V(2).InfoS("volume unstaged", "handle", handle)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodePublishVolume bind-mounts the staged volume at the target path: a
+// directory for Filesystem volumes, a file for Block volumes.
+func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	staging, target := req.GetStagingTargetPath(), req.GetTargetPath()
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case staging == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required (pav stages volumes)")
+	case target == "":
+		return nil, status.Error(codes.InvalidArgument, "target path is required")
+	}
+	mode, err := volume.CapabilityMode(req.GetVolumeCapability())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	src := exposedPath(staging, mode)
+	if mounted, err := hostmount.IsMountPoint(src); err != nil || !mounted {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
+	}
+	if mounted, err := hostmount.IsMountPoint(target); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	} else if mounted {
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if mode == corev1.PersistentVolumeBlock {
+		if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if err := touch(target); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	} else if err := os.MkdirAll(target, 0o750); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	readOnly := req.GetReadonly() || isReadOnly(req.GetVolumeCapability())
+	if err := hostmount.Bind(src, target, readOnly); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume unmounts and removes the target path.
+func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetTargetPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "target path is required")
+	}
+	if err := hostmount.Unmount(req.GetTargetPath()); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := os.Remove(req.GetTargetPath()); err != nil && !os.IsNotExist(err) {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// objects reads the PV (by handle), its bound PVC and this Node for the
+// templates, and fills what the volume context cannot give.
+func (s *Server) objects(ctx context.Context, handle string, st *staged) (phase.Objects, error) {
+	var objs phase.Objects
+	if s.Client == nil || s.PVs == nil {
+		return objs, nil
+	}
+	pv, err := s.PVs.ByHandle(handle)
+	if err != nil {
+		return objs, status.Error(codes.Internal, err.Error())
+	}
+	if pv != nil {
+		objs.PV = pv
+		st.PV = pv.Name
+		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+			st.Capacity = q.Value()
+		}
+		if pv.Spec.CSI != nil && pv.Spec.CSI.ReadOnly {
+			st.ReadOnly = true
+		}
+		if ref := pv.Spec.ClaimRef; ref != nil {
+			pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			switch {
+			case err == nil && pvc.UID == ref.UID:
+				objs.PVC = pvc
+				st.Access = pvc.Spec.AccessModes
+			case err != nil && !apierrors.IsNotFound(err):
+				return objs, volume.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ref.Namespace, ref.Name, err), codes.Unavailable)
+			}
+		}
+	}
+	node, err := s.Client.CoreV1().Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
+	if err != nil {
+		return objs, volume.Status(fmt.Errorf("reading Node %s: %w", s.NodeID, err), codes.Unavailable)
+	}
+	objs.Node = node
+	return objs, nil
+}
+
+// validateStatic runs spec.volumeValidation for a statically provisioned PV
+// before its first staging (PaV documented this but never ran it).
+func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects) error {
+	if !p.Spec.HasMode(v1alpha1.Static) {
+		return status.Errorf(codes.FailedPrecondition, "PavProvisioner %q does not allow static provisioning: add Static to spec.provisioningModes, or provision through a StorageClass", p.Name)
+	}
+	if objs.PV == nil && s.PVs != nil {
+		return status.Errorf(codes.NotFound, "no PersistentVolume of driver %s has volume handle %q", p.Name, st.Handle)
+	}
+	capacity := st.Capacity
+	r := phase.Request{VolumeMode: st.VolumeMode, AccessModes: st.Access, MinCapacity: capacity, MaxCapacity: &capacity, Params: st.Params}
+	if objs.PV != nil {
+		r.AccessModes = objs.PV.Spec.AccessModes
+	}
+	vars, err := phase.ValidationVars(r, phase.Objects{PV: objs.PV, PVC: objs.PVC}, st.Handle)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	cfg, err := s.Eval.Validation(ctx, p, vars)
+	if err != nil {
+		return volume.Status(err, codes.InvalidArgument)
+	}
+	if err := controllerserver.CheckRequest(cfg, r); err != nil {
+		return err
+	}
+	if cfg.PodTemplate == nil {
+		return nil
+	}
+	op := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: s.key(st.Handle), NodeName: s.NodeID, Template: *cfg.PodTemplate}
+	if _, err := s.Pods.Run(ctx, op); err != nil {
+		return volume.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
+	}
+	return nil
+}
+
+// key identifies a volume on this node: the same handle staged on two nodes has
+// two staging pods.
+func (s *Server) key(handle string) string { return handle + "@" + s.NodeID }
+
+func (s *Server) op(provisioner string, ph v1alpha1.Phase, handle, dir string, t corev1.PodTemplateSpec) podrunner.Operation {
+	return podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: s.key(handle), Template: t,
+		NodeName: s.NodeID, HostPath: filepath.Join(dir, "pav")}
+}
+
+func (st *staged) vars() phase.Staged {
+	return phase.Staged{VolumeMode: st.VolumeMode, AccessModes: st.Access, Capacity: st.Capacity,
+		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly}
+}
+
+func exposedPath(stagingPath string, mode corev1.PersistentVolumeMode) string {
+	if mode == corev1.PersistentVolumeBlock {
+		return filepath.Join(stagingPath, deviceFile)
+	}
+	return stagingPath
+}
+
+func isReadOnly(c *csi.VolumeCapability) bool {
+	switch c.GetAccessMode().GetMode() {
+	case csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY:
+		return true
+	}
+	return false
+}
+
+func writeState(dir string, st *staged) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "state.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "state.json"))
+}
+
+func readState(dir string) (*staged, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &staged{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("%s/state.json: %w", dir, err)
+	}
+	return st, nil
+}
+
+func touch(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func describeMode(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return m.Type().String()
+}

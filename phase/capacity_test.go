@@ -1,0 +1,65 @@
+package phase
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		in      any
+		r       Rounding
+		want    int64
+		wantErr string
+	}{
+		{in: int64(1), want: 1},
+		{in: 42, want: 42},
+		{in: float64(1024), want: 1024},
+		{in: "1Gi", want: 1 << 30},
+		{in: "500M", want: 500_000_000},
+		{in: "1e3", want: 1000},
+		{in: " 2Ki ", want: 2048},
+		{in: "1.5", r: Floor, want: 1},
+		{in: "1.5", r: Ceil, want: 2},
+		{in: "1500m", r: Ceil, want: 2},
+		{in: "0.5", r: Ceil, want: 1},
+		{in: "0.5", r: Floor, wantErr: "capacity values must be positive"},
+		{in: "0", wantErr: "capacity values must be positive"},
+		{in: int64(0), wantErr: "capacity values must be positive"},
+		{in: int64(-5), wantErr: "capacity values must be positive"},
+		{in: "-1Gi", wantErr: "capacity values must be positive"},
+		{in: "abc", wantErr: `"abc" is not a quantity`},
+		{in: 1.5, wantErr: "whole number of bytes"},
+		{in: true, wantErr: "got boolean"},
+		{in: []any{1}, wantErr: "got list"},
+		{in: nil, wantErr: "must be set"},
+		{in: "100Ei", wantErr: "too large"},
+	} {
+		got, err := ParseCapacity(tc.in, tc.r)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseCapacity(%#v) error = %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseCapacity(%#v) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func FuzzParseCapacity(f *testing.F) {
+	for _, s := range []string{"1Gi", "1.5", "0.5", "-1", "1e3", "9223372036854775807", "1e100"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		lo, errLo := ParseCapacity(s, Floor)
+		hi, errHi := ParseCapacity(s, Ceil)
+		if errLo == nil && lo < 1 || errHi == nil && hi < 1 {
+			t.Fatalf("%q: non-positive result %d/%d", s, lo, hi)
+		}
+		if errLo == nil && errHi == nil && (hi < lo || hi-lo > 1) {
+			t.Fatalf("%q: floor %d and ceil %d disagree", s, lo, hi)
+		}
+	})
+}

@@ -1,0 +1,283 @@
+package podrunner
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+)
+
+// ErrInvalidOperation wraps every error about an Operation (or its pod template)
+// that pav refuses to run: retrying cannot help, so callers map it to
+// INVALID_ARGUMENT.
+var ErrInvalidOperation = errors.New("invalid pod operation")
+
+// DefaultNamespace is where a pod goes when its template names no namespace.
+const DefaultNamespace = "default"
+
+// reportMaxBytesEnv tells the report sidecar how large its termination message may
+// be (see reportBudget). It is an environment variable rather than a flag so that
+// however `pav report` parses its flags, the budget reaches Report.
+const reportMaxBytesEnv = "PAV_REPORT_MAX_BYTES"
+
+// Operation is one phase for one volume. Its (Provisioner, Phase, VolumeKey) triple
+// decides the pod's deterministic name: a retry of the same operation finds the same pod.
+type Operation struct {
+	Provisioner string
+	Phase       v1alpha1.Phase
+	// VolumeKey identifies the volume (and node) the operation is for, e.g. the CSI
+	// volume name (create), handle (delete), handle+"@"+node (stage).
+	VolumeKey string
+	// Template is the evaluated pod template. Only metadata.namespace, .labels and
+	// .annotations are used from its metadata: the name is pav's (deterministic),
+	// and finalizers or owner references would get in the way of cleanup.
+	Template corev1.PodTemplateSpec
+	// NodeName pins staging/unstaging pods to their node (spec.nodeName) and sets LabelNode.
+	NodeName string
+	// HostPath is the host directory mounted at /pav (hostPath, DirectoryOrCreate)
+	// for staging/unstaging; empty means an emptyDir.
+	HostPath string
+	// KeepRunning: the pod may create /pav/ready and keep running (staging).
+	KeepRunning bool
+}
+
+// Namespace is where the operation's pod lives.
+func (op *Operation) Namespace() string {
+	if op.Template.Namespace != "" {
+		return op.Template.Namespace
+	}
+	return DefaultNamespace
+}
+
+// PodName is the operation's deterministic pod name.
+func (op *Operation) PodName() string {
+	return PodName(op.Provisioner, op.Phase, op.VolumeKey)
+}
+
+func (op *Operation) validate() error {
+	switch {
+	case op.Provisioner == "":
+		return fmt.Errorf("%w: no provisioner", ErrInvalidOperation)
+	case op.Phase == "":
+		return fmt.Errorf("%w: no phase", ErrInvalidOperation)
+	case op.VolumeKey == "":
+		return fmt.Errorf("%w: no volume key", ErrInvalidOperation)
+	case op.HostPath != "" && op.NodeName == "":
+		// A hostPath directory is only meaningful on a known node.
+		return fmt.Errorf("%w: host path %q without a node", ErrInvalidOperation, op.HostPath)
+	case op.HostPath != "" && !path.IsAbs(op.HostPath):
+		return fmt.Errorf("%w: host path %q is not absolute", ErrInvalidOperation, op.HostPath)
+	}
+	return nil
+}
+
+// BuildPod builds the pod an operation runs (see the package documentation and
+// pav-spec.md §4). It does not talk to the API server; the driver can use it to
+// check a template early. reportImage is the image holding the pav binary.
+func BuildPod(op Operation, reportImage string) (*corev1.Pod, error) {
+	if err := op.validate(); err != nil {
+		return nil, err
+	}
+	if reportImage == "" {
+		return nil, fmt.Errorf("%w: no report image configured", ErrInvalidOperation)
+	}
+	tmpl := op.Template.DeepCopy()
+	spec := tmpl.Spec
+
+	// The injected volume and mounts must not clash with the user's.
+	for _, v := range spec.Volumes {
+		if v.Name == VolumeName {
+			return nil, fmt.Errorf("%w: the pod template declares a volume named %q, which pav reserves for the %s directory",
+				ErrInvalidOperation, VolumeName, MountPath)
+		}
+	}
+	var clash error
+	forEachContainer(&spec, func(kind string, c *corev1.Container) {
+		if c.Name == ReportContainer && clash == nil {
+			clash = fmt.Errorf("%w: the pod template declares a container named %q, which pav reserves for its report sidecar",
+				ErrInvalidOperation, ReportContainer)
+		}
+		for _, m := range c.VolumeMounts {
+			if path.Clean(m.MountPath) == MountPath && clash == nil {
+				clash = fmt.Errorf("%w: %s %q mounts volume %q at %s, which pav reserves for its own volume",
+					ErrInvalidOperation, kind, c.Name, m.Name, MountPath)
+			}
+		}
+		for _, d := range c.VolumeDevices {
+			if path.Clean(d.DevicePath) == MountPath && clash == nil {
+				clash = fmt.Errorf("%w: %s %q puts device %q at %s, which pav reserves for its own volume",
+					ErrInvalidOperation, kind, c.Name, d.Name, MountPath)
+			}
+		}
+	})
+	if clash != nil {
+		return nil, clash
+	}
+	if op.NodeName != "" && spec.NodeName != "" && spec.NodeName != op.NodeName {
+		return nil, fmt.Errorf("%w: the pod template pins the pod to node %q but the operation runs on node %q",
+			ErrInvalidOperation, spec.NodeName, op.NodeName)
+	}
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			// Template name/generateName are ignored on purpose: the name must be
+			// deterministic so that a retry finds the same pod.
+			Name:        op.PodName(),
+			Namespace:   op.Namespace(),
+			Labels:      map[string]string{},
+			Annotations: map[string]string{},
+		},
+		Spec: spec,
+	}
+	for k, v := range tmpl.Labels {
+		pod.Labels[k] = v
+	}
+	for k, v := range tmpl.Annotations {
+		pod.Annotations[k] = v
+	}
+	// Ours win: the informer selects on them and adoption checks them.
+	pod.Labels[LabelProvisioner] = op.Provisioner
+	pod.Labels[LabelPhase] = string(op.Phase)
+	pod.Labels[LabelVolume] = VolumeLabel(op.VolumeKey)
+	if op.NodeName != "" {
+		pod.Labels[LabelNode] = NodeLabel(op.NodeName)
+		pod.Spec.NodeName = op.NodeName
+	}
+	pod.Annotations[AnnotationVolumeKey] = op.VolumeKey
+
+	// Never restart, KeepRunning staging pods included: a staging pod whose
+	// container crashed has lost (or left half-made) the mount at /pav/volume that
+	// client pods are using, and staging scripts need not be idempotent. A silent
+	// restart would hide that; a Failed pod surfaces it to the node plugin.
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+
+	vol := corev1.Volume{Name: VolumeName}
+	if op.HostPath != "" {
+		t := corev1.HostPathDirectoryOrCreate
+		vol.HostPath = &corev1.HostPathVolumeSource{Path: op.HostPath, Type: &t}
+	} else {
+		vol.EmptyDir = &corev1.EmptyDirVolumeSource{}
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, vol)
+
+	forEachContainer(&pod.Spec, func(_ string, c *corev1.Container) {
+		c.VolumeMounts = append(c.VolumeMounts, pavMount(op.HostPath != "", isPrivileged(c), false))
+	})
+
+	pod.Spec.InitContainers = append([]corev1.Container{reportSidecar(op, reportImage, reportBudget(&pod.Spec))},
+		pod.Spec.InitContainers...)
+	return pod, nil
+}
+
+// pavMount is the /pav mount of one container. With a hostPath, a privileged
+// container gets Bidirectional propagation so that a mount it makes at
+// /pav/volume reaches the host (and the node plugin, which bind-mounts it into
+// client pods); the API only allows Bidirectional for privileged containers, so
+// the others get HostToContainer, which still lets them see (and, crucially,
+// release) mounts made by their siblings.
+func pavMount(hostPath, privileged, readOnly bool) corev1.VolumeMount {
+	m := corev1.VolumeMount{Name: VolumeName, MountPath: MountPath, ReadOnly: readOnly}
+	if hostPath {
+		p := corev1.MountPropagationHostToContainer
+		if privileged {
+			p = corev1.MountPropagationBidirectional
+		}
+		m.MountPropagation = &p
+	}
+	return m
+}
+
+func isPrivileged(c *corev1.Container) bool {
+	return c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+}
+
+func forEachContainer(spec *corev1.PodSpec, f func(kind string, c *corev1.Container)) {
+	for i := range spec.InitContainers {
+		f("init container", &spec.InitContainers[i])
+	}
+	for i := range spec.Containers {
+		f("container", &spec.Containers[i])
+	}
+}
+
+// reportBudget is how many bytes the report sidecar's termination message may
+// take. The kubelet keeps the last 4096 bytes of a termination-log file, and
+// then cuts every message of the pod to 12 KiB divided by its number of
+// containers (keeping the head): a JSON report cut by either is unreadable, so
+// the sidecar must fit itself in the smaller of the two. spec already holds the
+// user's containers; the sidecar itself is counted here.
+func reportBudget(spec *corev1.PodSpec) int {
+	n := len(spec.Containers) + len(spec.InitContainers) + len(spec.EphemeralContainers) + 1
+	b := maxPodTerminationMessages / n
+	if b > maxTerminationMessage {
+		b = maxTerminationMessage
+	}
+	return b
+}
+
+const (
+	maxTerminationMessage     = 4096
+	maxPodTerminationMessages = 12 * 1024
+	// terminationLogPath is the kubelet's default, written by Report.
+	terminationLogPath = "/dev/termination-log"
+)
+
+// reportSidecar is the native sidecar (an init container with restartPolicy
+// Always) that reports the /pav files. Being first among the init containers,
+// it starts before every user container (init ones included) and the kubelet
+// stops it only after all of them have exited: it is then sent SIGTERM, writes
+// the files into its termination message, and the API carries them to the
+// controller plugin, which has no access to the node the pod ran on.
+//
+// For KeepRunning pods its readiness probe turns "/pav/ready exists" into a
+// container-ready watch event, so nobody polls.
+func reportSidecar(op Operation, image string, budget int) corev1.Container {
+	always := corev1.ContainerRestartPolicyAlways
+	no := false
+	c := corev1.Container{
+		Name:          ReportContainer,
+		Image:         image,
+		Command:       []string{"pav", "report", "--dir=" + MountPath},
+		RestartPolicy: &always,
+		Env: []corev1.EnvVar{
+			{Name: reportMaxBytesEnv, Value: strconv.Itoa(budget)},
+		},
+		VolumeMounts: []corev1.VolumeMount{pavMount(op.HostPath != "", false, true)},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("5m"),
+				corev1.ResourceMemory: resource.MustParse("16Mi"),
+			},
+			Limits: corev1.ResourceList{
+				corev1.ResourceMemory: resource.MustParse("64Mi"),
+			},
+		},
+		TerminationMessagePath:   terminationLogPath,
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		ImagePullPolicy:          corev1.PullIfNotPresent,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: &no,
+			ReadOnlyRootFilesystem:   boolPtr(true),
+		},
+	}
+	if op.KeepRunning {
+		c.ReadinessProbe = &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+				Command: []string{"pav", "report", "--dir=" + MountPath, "--check-ready"},
+			}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   1,
+			SuccessThreshold: 1,
+			FailureThreshold: 1,
+		}
+	}
+	return c
+}
+
+func boolPtr(b bool) *bool { return &b }

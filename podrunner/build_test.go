@@ -1,0 +1,353 @@
+package podrunner_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/podrunner"
+)
+
+func TestPodName(t *testing.T) {
+	long := strings.Repeat("p", 63)
+	cases := []struct {
+		prov  string
+		phase v1alpha1.Phase
+		key   string
+	}{
+		{"hello", v1alpha1.PhaseCreation, "pvc-1234"},
+		{"hello", v1alpha1.PhaseDeletion, "pvc-1234"},
+		{"hello", v1alpha1.PhaseCreation, "pvc-1235"},
+		{"other", v1alpha1.PhaseCreation, "pvc-1234"},
+		{long, v1alpha1.PhaseValidation, "pvc-1234"},
+		{long + "x", v1alpha1.PhaseValidation, "pvc-1234"}, // same truncated prefix as long
+		{long, v1alpha1.PhaseUnstaging, "handle@" + strings.Repeat("n", 253)},
+		{"Weird.Name_x", v1alpha1.PhaseStaging, "h@node"},
+		{"", v1alpha1.PhaseCreation, ""},
+	}
+	seen := map[string]int{}
+	for i, c := range cases {
+		name := podrunner.PodName(c.prov, c.phase, c.key)
+		if again := podrunner.PodName(c.prov, c.phase, c.key); again != name {
+			t.Errorf("%d: not deterministic: %q vs %q", i, name, again)
+		}
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			t.Errorf("%d: %q is not a DNS label: %v", i, name, errs)
+		}
+		if len(name) > 63 {
+			t.Errorf("%d: %q longer than 63", i, name)
+		}
+		if !strings.HasPrefix(name, "pav-") || !strings.Contains(name, "-"+string(c.phase)+"-") {
+			t.Errorf("%d: %q does not read pav-<provisioner>-<phase>-<hash>", i, name)
+		}
+		if j, dup := seen[name]; dup {
+			t.Errorf("%d and %d collide on %q", j, i, name)
+		}
+		seen[name] = i
+	}
+	if got := podrunner.PodName("hello", v1alpha1.PhaseCreation, "k"); !strings.HasPrefix(got, "pav-hello-creation-") || len(got) != len("pav-hello-creation-")+16 {
+		t.Errorf("unexpected shape %q", got)
+	}
+}
+
+func TestNodeLabel(t *testing.T) {
+	for _, node := range []string{"node-1", "worker.example.com", strings.Repeat("a", 63), strings.Repeat("a", 64),
+		strings.Repeat("sub.", 60) + "x", "-odd-"} {
+		l := podrunner.NodeLabel(node)
+		if errs := validation.IsValidLabelValue(l); len(errs) > 0 || l == "" {
+			t.Errorf("NodeLabel(%q) = %q: %v", node, l, errs)
+		}
+		if len(validation.IsValidLabelValue(node)) == 0 && l != node {
+			t.Errorf("NodeLabel(%q) = %q, want the name itself", node, l)
+		}
+		if podrunner.NodeLabel(node) != l {
+			t.Errorf("NodeLabel(%q) not deterministic", node)
+		}
+	}
+	if podrunner.NodeLabel(strings.Repeat("a", 70)) == podrunner.NodeLabel(strings.Repeat("a", 71)) {
+		t.Error("long node names collide")
+	}
+	if l := podrunner.VolumeLabel("some/handle with spaces"); len(validation.IsValidLabelValue(l)) > 0 {
+		t.Errorf("VolumeLabel not label-safe: %q", l)
+	}
+}
+
+func privileged(c corev1.Container) corev1.Container {
+	t := true
+	c.SecurityContext = &corev1.SecurityContext{Privileged: &t}
+	return c
+}
+
+func baseTemplate() corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:         "ignored",
+			GenerateName: "ignored-",
+			Labels:       map[string]string{"app": "mine", podrunner.LabelProvisioner: "spoofed"},
+			Annotations:  map[string]string{"note": "kept"},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:  corev1.RestartPolicyAlways, // overridden
+			InitContainers: []corev1.Container{{Name: "init", Image: "busybox"}},
+			Containers: []corev1.Container{
+				{Name: "main", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}},
+				privileged(corev1.Container{Name: "priv", Image: "busybox"}),
+			},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+}
+
+func pavMountOf(t *testing.T, c corev1.Container) corev1.VolumeMount {
+	t.Helper()
+	var found []corev1.VolumeMount
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == podrunner.MountPath {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 || found[0].Name != podrunner.VolumeName {
+		t.Fatalf("container %q: want one %s mount of volume %q, got %+v", c.Name, podrunner.MountPath, podrunner.VolumeName, c.VolumeMounts)
+	}
+	return found[0]
+}
+
+func propagation(m corev1.VolumeMount) string {
+	if m.MountPropagation == nil {
+		return ""
+	}
+	return string(*m.MountPropagation)
+}
+
+func TestBuildPod(t *testing.T) {
+	type check func(t *testing.T, pod *corev1.Pod)
+	staging := podrunner.Operation{
+		Provisioner: "hello", Phase: v1alpha1.PhaseStaging, VolumeKey: "vol-1@node-a",
+		Template: baseTemplate(), NodeName: "node-a", HostPath: "/var/lib/pav/hello/vol-1", KeepRunning: true,
+	}
+	creation := podrunner.Operation{
+		Provisioner: "hello", Phase: v1alpha1.PhaseCreation, VolumeKey: "pvc-1", Template: baseTemplate(),
+	}
+	inNS := creation
+	inNS.Template = baseTemplate()
+	inNS.Template.Namespace = "storage"
+
+	cases := []struct {
+		name  string
+		op    podrunner.Operation
+		check check
+	}{
+		{"creation: metadata", creation, func(t *testing.T, pod *corev1.Pod) {
+			if pod.Name != podrunner.PodName("hello", v1alpha1.PhaseCreation, "pvc-1") {
+				t.Errorf("name %q: template name must be ignored", pod.Name)
+			}
+			if pod.GenerateName != "" {
+				t.Errorf("generateName %q kept", pod.GenerateName)
+			}
+			if pod.Namespace != "default" {
+				t.Errorf("namespace %q, want default", pod.Namespace)
+			}
+			want := map[string]string{
+				"app":                       "mine",
+				podrunner.LabelProvisioner:  "hello", // ours win
+				podrunner.LabelPhase:        "creation",
+				podrunner.LabelVolume:       podrunner.VolumeLabel("pvc-1"),
+			}
+			for k, v := range want {
+				if pod.Labels[k] != v {
+					t.Errorf("label %s = %q, want %q", k, pod.Labels[k], v)
+				}
+			}
+			if _, ok := pod.Labels[podrunner.LabelNode]; ok {
+				t.Error("node label on a controller pod")
+			}
+			if pod.Annotations["note"] != "kept" || pod.Annotations[podrunner.AnnotationVolumeKey] != "pvc-1" {
+				t.Errorf("annotations %v", pod.Annotations)
+			}
+			if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+				t.Errorf("restartPolicy %q", pod.Spec.RestartPolicy)
+			}
+			if pod.Spec.NodeName != "" {
+				t.Errorf("nodeName %q", pod.Spec.NodeName)
+			}
+		}},
+		{"creation: emptyDir, mounts without propagation", creation, func(t *testing.T, pod *corev1.Pod) {
+			var vol *corev1.Volume
+			for i := range pod.Spec.Volumes {
+				if pod.Spec.Volumes[i].Name == podrunner.VolumeName {
+					vol = &pod.Spec.Volumes[i]
+				}
+			}
+			if vol == nil || vol.EmptyDir == nil || vol.HostPath != nil {
+				t.Fatalf("pav volume %+v", vol)
+			}
+			if len(pod.Spec.Volumes) != 2 {
+				t.Errorf("user volumes lost: %+v", pod.Spec.Volumes)
+			}
+			for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+				if m := pavMountOf(t, c); propagation(m) != "" {
+					t.Errorf("%s: propagation %q on an emptyDir", c.Name, propagation(m))
+				}
+			}
+			if len(pod.Spec.Containers[0].VolumeMounts) != 2 {
+				t.Errorf("user mount lost: %+v", pod.Spec.Containers[0].VolumeMounts)
+			}
+		}},
+		{"creation: report sidecar", creation, func(t *testing.T, pod *corev1.Pod) {
+			if len(pod.Spec.InitContainers) != 2 {
+				t.Fatalf("init containers %d", len(pod.Spec.InitContainers))
+			}
+			r := pod.Spec.InitContainers[0]
+			if r.Name != podrunner.ReportContainer || r.Image != "registry/pav:1" {
+				t.Fatalf("first init container %q image %q", r.Name, r.Image)
+			}
+			if r.RestartPolicy == nil || *r.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+				t.Error("report is not a native sidecar")
+			}
+			if strings.Join(r.Command, " ") != "pav report --dir=/pav" {
+				t.Errorf("command %q", r.Command)
+			}
+			if r.TerminationMessagePolicy != corev1.TerminationMessageReadFile || r.TerminationMessagePath != "/dev/termination-log" {
+				t.Errorf("termination message %q %q", r.TerminationMessagePolicy, r.TerminationMessagePath)
+			}
+			if r.ReadinessProbe != nil {
+				t.Error("readiness probe on a run-to-completion pod")
+			}
+			if !pavMountOf(t, r).ReadOnly {
+				t.Error("report mount should be read-only")
+			}
+			if r.Resources.Requests.Memory().IsZero() || r.Resources.Limits.Memory().IsZero() {
+				t.Error("report sidecar without resources")
+			}
+			// 4 containers: 12 KiB / 4 = 3072 bytes for the report.
+			if len(r.Env) != 1 || r.Env[0].Value != "3072" {
+				t.Errorf("report budget env %+v", r.Env)
+			}
+			if pod.Spec.InitContainers[1].Name != "init" {
+				t.Error("user init container moved")
+			}
+		}},
+		{"template namespace", inNS, func(t *testing.T, pod *corev1.Pod) {
+			if pod.Namespace != "storage" {
+				t.Errorf("namespace %q", pod.Namespace)
+			}
+		}},
+		{"staging: node, hostPath, propagation, probe", staging, func(t *testing.T, pod *corev1.Pod) {
+			if pod.Spec.NodeName != "node-a" || pod.Labels[podrunner.LabelNode] != "node-a" {
+				t.Errorf("nodeName %q, label %q", pod.Spec.NodeName, pod.Labels[podrunner.LabelNode])
+			}
+			var vol corev1.Volume
+			for _, v := range pod.Spec.Volumes {
+				if v.Name == podrunner.VolumeName {
+					vol = v
+				}
+			}
+			if vol.HostPath == nil || vol.HostPath.Path != "/var/lib/pav/hello/vol-1" ||
+				vol.HostPath.Type == nil || *vol.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+				t.Fatalf("pav volume %+v", vol)
+			}
+			want := map[string]string{
+				podrunner.ReportContainer: "HostToContainer",
+				"init":                    "HostToContainer",
+				"main":                    "HostToContainer",
+				"priv":                    "Bidirectional",
+			}
+			for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+				if got := propagation(pavMountOf(t, c)); got != want[c.Name] {
+					t.Errorf("%s: propagation %q, want %q", c.Name, got, want[c.Name])
+				}
+			}
+			p := pod.Spec.InitContainers[0].ReadinessProbe
+			if p == nil || p.Exec == nil || strings.Join(p.Exec.Command, " ") != "pav report --dir=/pav --check-ready" || p.PeriodSeconds != 1 {
+				t.Errorf("readiness probe %+v", p)
+			}
+			if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+				t.Error("KeepRunning pods must not restart either")
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := c.op.Template.DeepCopy()
+			pod, err := podrunner.BuildPod(c.op, "registry/pav:1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.check(t, pod)
+			if c.op.Template.Labels[podrunner.LabelProvisioner] != before.Labels[podrunner.LabelProvisioner] ||
+				len(c.op.Template.Spec.Volumes) != len(before.Spec.Volumes) ||
+				len(c.op.Template.Spec.Containers[0].VolumeMounts) != len(before.Spec.Containers[0].VolumeMounts) {
+				t.Error("the template was mutated")
+			}
+		})
+	}
+}
+
+func TestBuildPodRefuses(t *testing.T) {
+	op := func(mod func(op *podrunner.Operation)) podrunner.Operation {
+		o := podrunner.Operation{Provisioner: "hello", Phase: v1alpha1.PhaseCreation, VolumeKey: "pvc-1", Template: baseTemplate()}
+		mod(&o)
+		return o
+	}
+	cases := []struct {
+		name    string
+		op      podrunner.Operation
+		image   string
+		wantErr string
+	}{
+		{"user volume named pav", op(func(o *podrunner.Operation) {
+			o.Template.Spec.Volumes = append(o.Template.Spec.Volumes, corev1.Volume{Name: "pav"})
+		}), "img", `declares a volume named "pav"`},
+		{"user mount at /pav", op(func(o *podrunner.Operation) {
+			o.Template.Spec.Containers[0].VolumeMounts = append(o.Template.Spec.Containers[0].VolumeMounts,
+				corev1.VolumeMount{Name: "data", MountPath: "/pav/"})
+		}), "img", `container "main" mounts volume "data" at /pav`},
+		{"init mount at /pav", op(func(o *podrunner.Operation) {
+			o.Template.Spec.InitContainers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/pav"}}
+		}), "img", `init container "init" mounts`},
+		{"container named pav-report", op(func(o *podrunner.Operation) {
+			o.Template.Spec.Containers[0].Name = podrunner.ReportContainer
+		}), "img", "reserves for its report sidecar"},
+		{"conflicting nodeName", op(func(o *podrunner.Operation) {
+			o.NodeName = "a"
+			o.Template.Spec.NodeName = "b"
+		}), "img", `pins the pod to node "b"`},
+		{"hostPath without node", op(func(o *podrunner.Operation) { o.HostPath = "/x" }), "img", "without a node"},
+		{"relative hostPath", op(func(o *podrunner.Operation) { o.HostPath = "x"; o.NodeName = "n" }), "img", "not absolute"},
+		{"no volume key", op(func(o *podrunner.Operation) { o.VolumeKey = "" }), "img", "no volume key"},
+		{"no report image", op(func(o *podrunner.Operation) {}), "", "no report image"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := podrunner.BuildPod(c.op, c.image)
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("err %v, want %q", err, c.wantErr)
+			}
+			if !errors.Is(err, podrunner.ErrInvalidOperation) {
+				t.Errorf("err %v is not ErrInvalidOperation", err)
+			}
+		})
+	}
+}
+
+func TestBuildPodReportBudget(t *testing.T) {
+	for n, want := range map[int]int{1: 4096, 2: 4096, 3: 3072, 5: 2048, 11: 1024} {
+		tmpl := corev1.PodTemplateSpec{}
+		for i := range n {
+			tmpl.Spec.Containers = append(tmpl.Spec.Containers, corev1.Container{Name: "c" + strconv.Itoa(i), Image: "x"})
+		}
+		pod, err := podrunner.BuildPod(podrunner.Operation{Provisioner: "p", Phase: v1alpha1.PhaseValidation, VolumeKey: "k", Template: tmpl}, "img")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pod.Spec.InitContainers[0].Env[0].Value; got != strconv.Itoa(want) {
+			t.Errorf("%d containers: budget %s, want %d", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package podrunner
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// PodFailure reasons set by pav itself (others come from the pod or its containers).
+const (
+	ReasonTimeout       = "Timeout"       // the pod outlived Config.PodTimeout
+	ReasonUnschedulable = "Unschedulable" // PodScheduled=False, reason Unschedulable
+	ReasonInvalidReport = "InvalidReport" // the pod succeeded but its report is unusable
+)
+
+// imageErrorReasons are the container waiting reasons that fail an operation at
+// once: the kubelet would retry them forever (or until PodTimeout), while they
+// almost always need a fix to the template or the cluster.
+var imageErrorReasons = map[string]bool{
+	"ErrImagePull":               true,
+	"ImagePullBackOff":           true,
+	"ErrImageNeverPull":          true,
+	"InvalidImageName":           true,
+	"CreateContainerConfigError": true,
+	"CreateContainerError":       true,
+}
+
+// Result is the outcome of a successful Run.
+type Result struct {
+	Pod       string
+	Namespace string
+	// Files is what the pod left in /pav: "handle", "capacity", "error" (only those present).
+	Files map[string]string
+	// Running: a KeepRunning operation whose pod signalled ready and is still running.
+	Running bool
+}
+
+// PodFailure is the error when the pod failed, could not be scheduled, could not
+// pull its image, or outlived the timeout. Error() reads like
+//
+//	creation pod default/pav-hello-creation-3f2a… failed (phase Failed, reason Error): container "main" exited with code 3; /pav/error: disk quota exceeded
+//
+// or ends with "; log tail: <last lines>" when there is no /pav/error.
+type PodFailure struct {
+	Phase, Pod, Namespace string
+	PodPhase              corev1.PodPhase
+	Reason, Message       string
+	ExitCodes             map[string]int32 // container → exit code (failed containers only)
+	ErrorFile             string           // /pav/error contents
+	LogTail               string
+}
+
+func (f *PodFailure) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s pod %s/%s failed (phase %s, reason %s)", f.Phase, f.Namespace, f.Pod, f.PodPhase, f.Reason)
+	var parts []string
+	if m := strings.TrimSpace(f.Message); m != "" {
+		parts = append(parts, m)
+	}
+	for _, c := range sortedKeys(f.ExitCodes) {
+		parts = append(parts, fmt.Sprintf("container %q exited with code %d", c, f.ExitCodes[c]))
+	}
+	if e := strings.TrimSpace(f.ErrorFile); e != "" {
+		parts = append(parts, "/pav/error: "+e)
+	} else if l := strings.TrimSpace(f.LogTail); l != "" {
+		parts = append(parts, "log tail: "+l)
+	}
+	if len(parts) > 0 {
+		b.WriteString(": ")
+		b.WriteString(strings.Join(parts, "; "))
+	}
+	return b.String()
+}
+
+// IsPodFailure returns the PodFailure in err's chain, if any.
+func IsPodFailure(err error) (*PodFailure, bool) {
+	var f *PodFailure
+	ok := errors.As(err, &f)
+	return f, ok
+}
+
+// verdict is what evaluate makes of one observation of a pod.
+type verdict struct {
+	done    bool
+	result  *Result
+	failure *PodFailure
+	// awaitingReport: the pod is finished but its report sidecar has not yet been
+	// recorded as terminated; wait (bounded) for it.
+	awaitingReport bool
+	// reportProblem: the report was missing or partly unusable (logged).
+	reportProblem error
+}
+
+// evaluate decides what one observed state of an operation's pod means. It is a
+// pure function of the pod (a shared informer object: it must not be mutated)
+// and of two flags set by timers: reportExpired (stop waiting for the report of
+// a finished pod) and timedOut (the pod outlived timeout).
+func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, timeout time.Duration) verdict {
+	report := containerStatus(pod.Status.InitContainerStatuses, ReportContainer)
+
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded, corev1.PodFailed:
+		msg, have := "", false
+		if report != nil && report.State.Terminated != nil {
+			msg, have = report.State.Terminated.Message, true
+		}
+		// Wait for the report only if it can still come: the sidecar is running
+		// and about to be stopped. (getPhase in the kubelet counts a running
+		// sidecar as running, so a Succeeded phase usually comes with the
+		// sidecar's termination; but a failed init container fails the pod while
+		// the sidecar still runs, and a pod rejected at admission has no running
+		// sidecar at all: no need to wait for it.)
+		if !have && !reportExpired && report != nil && report.State.Running != nil {
+			return verdict{awaitingReport: true}
+		}
+		var files map[string]string
+		var perr error
+		if have {
+			files, perr = ParseReport(msg)
+		} else {
+			files, perr = map[string]string{}, ErrNoReport
+		}
+		if pod.Status.Phase == corev1.PodSucceeded {
+			if perr != nil && !errors.Is(perr, ErrNoReport) {
+				// Succeeding with a handle or capacity we could not read would
+				// silently fall back to the template's values: fail instead.
+				f := newFailure(op, pod)
+				f.Reason, f.Message = ReasonInvalidReport, perr.Error()
+				return verdict{done: true, failure: f}
+			}
+			return verdict{done: true, reportProblem: perr, result: &Result{
+				Pod: pod.Name, Namespace: pod.Namespace, Files: files,
+			}}
+		}
+		f := podFailed(op, pod)
+		f.ErrorFile = files[FileError]
+		return verdict{done: true, failure: f, reportProblem: perr}
+	}
+
+	if op.KeepRunning && pod.Status.Phase == corev1.PodRunning && report != nil && report.Ready &&
+		report.State.Running != nil && allRunning(pod) {
+		return verdict{done: true, result: &Result{
+			Pod: pod.Name, Namespace: pod.Namespace, Files: map[string]string{}, Running: true,
+		}}
+	}
+
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			f := newFailure(op, pod)
+			f.Reason, f.Message = ReasonUnschedulable, c.Message
+			return verdict{done: true, failure: f}
+		}
+	}
+
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, s := range list {
+			if w := s.State.Waiting; w != nil && imageErrorReasons[w.Reason] {
+				f := newFailure(op, pod)
+				f.Reason = w.Reason
+				f.Message = fmt.Sprintf("container %q (image %s): %s", s.Name, s.Image, w.Message)
+				return verdict{done: true, failure: f}
+			}
+		}
+	}
+
+	if timedOut {
+		f := newFailure(op, pod)
+		f.Reason = ReasonTimeout
+		if op.KeepRunning {
+			f.Message = fmt.Sprintf("the pod neither finished nor became ready within %s of its creation", timeout)
+		} else {
+			f.Message = fmt.Sprintf("the pod did not finish within %s of its creation", timeout)
+		}
+		return verdict{done: true, failure: f}
+	}
+	return verdict{}
+}
+
+func newFailure(op *Operation, pod *corev1.Pod) *PodFailure {
+	return &PodFailure{
+		Phase:     string(op.Phase),
+		Pod:       pod.Name,
+		Namespace: pod.Namespace,
+		PodPhase:  pod.Status.Phase,
+		ExitCodes: map[string]int32{},
+	}
+}
+
+// podFailed describes a pod in phase Failed: the pod's own reason (Evicted,
+// DeadlineExceeded, NodeAffinity, ...) or else the first failed container's
+// (Error, OOMKilled, ...), and the exit codes of the containers that failed.
+// Sidecars (ours included) are left out: their exit codes do not decide the
+// phase, and when stopped they usually exit with 143.
+func podFailed(op *Operation, pod *corev1.Pod) *PodFailure {
+	f := newFailure(op, pod)
+	f.Reason, f.Message = pod.Status.Reason, pod.Status.Message
+	for _, c := range failedContainers(pod) {
+		f.ExitCodes[c.Name] = c.State.Terminated.ExitCode
+		if f.Reason == "" {
+			f.Reason = c.State.Terminated.Reason
+		}
+	}
+	if f.Reason == "" {
+		f.Reason = "Unknown"
+	}
+	return f
+}
+
+// failedContainers lists the statuses of the non-sidecar containers that
+// terminated with a non-zero code, in spec order (init containers first).
+func failedContainers(pod *corev1.Pod) []corev1.ContainerStatus {
+	var out []corev1.ContainerStatus
+	add := func(containers []corev1.Container, statuses []corev1.ContainerStatus) {
+		for _, c := range containers {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				continue
+			}
+			if s := containerStatus(statuses, c.Name); s != nil && s.State.Terminated != nil && s.State.Terminated.ExitCode != 0 {
+				out = append(out, *s)
+			}
+		}
+	}
+	add(pod.Spec.InitContainers, pod.Status.InitContainerStatuses)
+	add(pod.Spec.Containers, pod.Status.ContainerStatuses)
+	return out
+}
+
+// logContainer is the container whose log tail explains a failure: the first
+// failed one, or (for a timeout or other failure without exit codes) the first
+// regular container that ever started.
+func logContainer(pod *corev1.Pod) string {
+	if failed := failedContainers(pod); len(failed) > 0 {
+		return failed[0].Name
+	}
+	for _, c := range pod.Spec.Containers {
+		if s := containerStatus(pod.Status.ContainerStatuses, c.Name); s != nil &&
+			(s.State.Running != nil || s.State.Terminated != nil) {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+// allRunning: every regular container is running (so every regular init
+// container has completed).
+func allRunning(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		s := containerStatus(pod.Status.ContainerStatuses, c.Name)
+		if s == nil || s.State.Running == nil {
+			return false
+		}
+	}
+	return len(pod.Spec.Containers) > 0
+}
+
+func containerStatus(statuses []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	for i := range statuses {
+		if statuses[i].Name == name {
+			return &statuses[i]
+		}
+	}
+	return nil
+}
+
+// podEnd is when a pod's outcome happened: the last container finish time for
+// a finished pod (which may be long before a restarted driver adopts it), else now.
+func podEnd(pod *corev1.Pod, now time.Time) time.Time {
+	if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+		return now
+	}
+	var end time.Time
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, s := range list {
+			if t := s.State.Terminated; t != nil && t.FinishedAt.After(end) {
+				end = t.FinishedAt.Time
+			}
+		}
+	}
+	if end.IsZero() {
+		return now
+	}
+	return end
+}

@@ -1,0 +1,291 @@
+package podrunner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+)
+
+// The files a pod may leave in /pav that are reported to the driver.
+const (
+	FileHandle   = "handle"
+	FileCapacity = "capacity"
+	FileError    = "error"
+	// FileReady is not reported: for KeepRunning pods it is probed (see Report).
+	FileReady = "ready"
+)
+
+// reportedFiles are the files carried in the report, in the order they give
+// way when the report is too large: error is truncated first (its tail is
+// kept), and handle/capacity are dropped, never cut, since a cut handle would
+// be silently wrong.
+var reportedFiles = []string{FileHandle, FileCapacity, FileError}
+
+// reportProblemKey is an extra report entry saying what could not be reported;
+// ParseReport turns it into an error.
+const reportProblemKey = "reportProblem"
+
+// ErrNoReport is returned by ParseReport for an empty termination message: the
+// report sidecar never wrote one (it was killed, or never ran).
+var ErrNoReport = errors.New("no pav report (the report sidecar wrote no termination message)")
+
+// truncatedMark starts a truncated error text.
+const truncatedMark = "…"
+
+// Report is the body of `pav report`, run by the report sidecar of every pav pod.
+//
+// With checkReady (the readiness probe of KeepRunning pods) it returns 0 iff
+// dir/ready exists, 1 otherwise.
+//
+// Otherwise it blocks until SIGTERM (sent by the kubelet once every other
+// container of the pod has exited, or when the pod is deleted) or until ctx is
+// done, then writes the files of dir that are present among handle, capacity and
+// error as one JSON object to terminationLog (default /dev/termination-log) and
+// returns 0. The message stays within the kubelet's limit (4096 bytes, or less
+// when the pod has more than three containers: the budget comes from the
+// PAV_REPORT_MAX_BYTES variable BuildPod sets); the tail of error is kept.
+func Report(ctx context.Context, dir, terminationLog string, checkReady bool) int {
+	if dir == "" {
+		dir = MountPath
+	}
+	if checkReady {
+		if _, err := os.Stat(filepath.Join(dir, FileReady)); err == nil {
+			return 0
+		}
+		return 1
+	}
+	if terminationLog == "" {
+		terminationLog = terminationLogPath
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	<-ctx.Done()
+
+	msg := ReportMessage(dir, budgetFromEnv())
+	if err := os.WriteFile(terminationLog, []byte(msg), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "pav report: writing %s: %v\n", terminationLog, err)
+		return 1
+	}
+	return 0
+}
+
+// ReportCommand parses the arguments of `pav report` (--dir, --check-ready,
+// --termination-log) and runs Report; it returns the exit code.
+func ReportCommand(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("pav report", flag.ContinueOnError)
+	dir := fs.String("dir", MountPath, "directory whose files are reported")
+	checkReady := fs.Bool("check-ready", false, "exit 0 iff <dir>/ready exists (readiness probe)")
+	termLog := fs.String("termination-log", terminationLogPath, "file the report is written to")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	return Report(ctx, *dir, *termLog, *checkReady)
+}
+
+func budgetFromEnv() int {
+	n, err := strconv.Atoi(os.Getenv(reportMaxBytesEnv))
+	if err != nil || n <= 0 || n > maxTerminationMessage {
+		return maxTerminationMessage
+	}
+	return n
+}
+
+// ReportMessage reads the reported files of dir and encodes them as a JSON
+// object of at most maxBytes bytes (what Report writes). Problems reading a file
+// are reported inside the message, so that the driver sees them.
+func ReportMessage(dir string, maxBytes int) string {
+	files := map[string]string{}
+	var problems []string
+	for _, name := range reportedFiles {
+		// Keeping the tail of error is what matters; handle and capacity are
+		// small and read whole (up to the budget, to detect oversize).
+		s, err := readReportFile(filepath.Join(dir, name), maxBytes, name == FileError)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			problems = append(problems, err.Error())
+		default:
+			files[name] = s
+		}
+	}
+	return encodeReport(files, problems, maxBytes)
+}
+
+// errTooLarge marks a file larger than the report budget (handle, capacity).
+type errTooLarge struct {
+	name string
+	size int64
+}
+
+func (e errTooLarge) Error() string {
+	return fmt.Sprintf("/pav/%s (%d bytes) is too large to report", e.name, e.size)
+}
+
+func readReportFile(path string, max int, tail bool) (string, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+		return "", fmt.Errorf("/pav/%s: %v", filepath.Base(path), err)
+	}
+	if !fi.Mode().IsRegular() {
+		// A symlink could point anywhere in the sidecar's file system.
+		return "", fmt.Errorf("/pav/%s is not a regular file", filepath.Base(path))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("/pav/%s: %v", filepath.Base(path), err)
+	}
+	defer f.Close()
+	size := fi.Size()
+	prefix := ""
+	if size > int64(max) {
+		if !tail {
+			return "", errTooLarge{filepath.Base(path), size}
+		}
+		if _, err := f.Seek(size-int64(max), io.SeekStart); err != nil {
+			return "", fmt.Errorf("/pav/%s: %v", filepath.Base(path), err)
+		}
+		prefix = truncatedMark
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(max)))
+	if err != nil {
+		return "", fmt.Errorf("/pav/%s: %v", filepath.Base(path), err)
+	}
+	if prefix != "" {
+		// The seek may have landed inside a multi-byte character.
+		for len(b) > 0 && !utf8.RuneStart(b[0]) {
+			b = b[1:]
+		}
+	}
+	return prefix + string(b), nil
+}
+
+// encodeReport marshals files (plus problems) in at most max bytes: first by
+// keeping only the tail of error, then by dropping whole files (error,
+// capacity, handle), saying so in reportProblemKey.
+func encodeReport(files map[string]string, problems []string, max int) string {
+	m := map[string]string{}
+	for k, v := range files {
+		m[k] = v
+	}
+	setProblems := func() {
+		if len(problems) > 0 {
+			m[reportProblemKey] = strings.Join(problems, "; ")
+		}
+	}
+	setProblems()
+	if b := marshalReport(m); len(b) <= max {
+		return b
+	}
+	if e, ok := m[FileError]; ok {
+		e = strings.TrimPrefix(e, truncatedMark)
+		// Binary search for the longest tail of e that fits.
+		lo, hi := 0, len(e)
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			m[FileError] = truncatedMark + tailRunes(e, mid)
+			if len(marshalReport(m)) <= max {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		m[FileError] = truncatedMark + tailRunes(e, lo)
+		if b := marshalReport(m); len(b) <= max {
+			return b
+		}
+	}
+	for _, name := range []string{FileError, FileCapacity, FileHandle} {
+		v, ok := m[name]
+		if !ok {
+			continue
+		}
+		delete(m, name)
+		problems = append(problems, errTooLarge{name, int64(len(v))}.Error())
+		setProblems()
+		if b := marshalReport(m); len(b) <= max {
+			return b
+		}
+	}
+	// Nothing fits (a tiny budget): say so as briefly as possible.
+	m = map[string]string{reportProblemKey: "report too large"}
+	if b := marshalReport(m); len(b) <= max {
+		return b
+	}
+	return "{}"
+}
+
+// tailRunes is the last n bytes of s, moved forward to a character boundary.
+func tailRunes(s string, n int) string {
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
+}
+
+func marshalReport(m map[string]string) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// No HTML escaping: "<" as \u003c would only waste the budget.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return "{}" // cannot happen for a map of strings
+	}
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+// ParseReport decodes a report termination message into the reported files
+// (handle, capacity, error: only those present). An empty message yields
+// ErrNoReport; a report that says some file could not be reported yields the
+// files it has and an error naming the problem.
+func ParseReport(msg string) (map[string]string, error) {
+	files := map[string]string{}
+	if strings.TrimSpace(msg) == "" {
+		return files, ErrNoReport
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(msg), &m); err != nil {
+		return files, fmt.Errorf("invalid pav report %q: %w", abbreviate(msg, 200), err)
+	}
+	for _, name := range reportedFiles {
+		if v, ok := m[name]; ok {
+			files[name] = v
+		}
+	}
+	if p, ok := m[reportProblemKey]; ok {
+		return files, fmt.Errorf("pav report: %s", p)
+	}
+	return files, nil
+}
+
+func abbreviate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + truncatedMark
+}
+
+// sortedKeys is used to keep messages deterministic.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,485 @@
+package templating
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	controlStructures "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/tokens"
+)
+
+// The rewrite pass runs once per parsed template. gonja's evaluator has
+// fixed semantics for names, attribute access, method calls and operators
+// that differ from Jinja's (strict undefined breaks `x or 42`; lax undefined
+// makes `x + 3` print 3; attribute access reaches Go methods; list.reverse()
+// mutates the caller's data; 2 ** 10 is 1024.0), and it has no hooks. Its
+// AST, however, is public, and filters receive their input even when it is
+// an error. So every such construct is replaced by a filter call that pav
+// implements (filters.go):
+//
+//	name         → None | pav:var('name')
+//	x.a          → x | pav:getattr('a', 'x')
+//	x[k]         → x | pav:getitem(k, 'x')
+//	x.m(args)    → x | pav:method('m', 'x', args…)
+//	f(args)      → (f | pav:callable('f'))(args)
+//	a op b       → a | pav:binop('op', b, 'a', 'b')     (and/or are kept)
+//	not x, -x    → x | pav:not, x | pav:neg('x')
+//	{{ e }}      → {{ e | pav:finalize('e') }}
+//	if/elif/for-if conditions → c | pav:bool
+//	for x in s   → for x in s | pav:iterable('s')
+//
+// Unknown filters and tests are reported here, at load time, as Jinja does
+// at compile time.
+type rewriter struct {
+	filters  *exec.FilterSet
+	tests    *exec.TestSet
+	err      error
+	wrappers map[*nodes.Wrapper]bool
+	depth    int
+}
+
+// maxNesting bounds expression and block nesting. The parser and this pass
+// recurse; a pathological template ("((((…" a million times) would otherwise
+// overflow the goroutine stack, which is fatal to the whole process.
+const maxNesting = 200
+
+func (rw *rewriter) fail(tok *tokens.Token, format string, args ...any) {
+	if rw.err != nil {
+		return
+	}
+	line := ""
+	if tok != nil && tok.Line > 0 {
+		line = strconv.Itoa(tok.Line)
+	}
+	rw.err = newTemplateError("template syntax error", fmt.Sprintf(format, args...), line, nil)
+}
+
+func (rw *rewriter) template(t *nodes.Template) error {
+	rw.nodes(t.Nodes)
+	for _, b := range t.Blocks {
+		rw.wrapper(b)
+	}
+	return rw.err
+}
+
+func (rw *rewriter) wrapper(w *nodes.Wrapper) {
+	if w == nil || rw.wrappers[w] {
+		return
+	}
+	rw.wrappers[w] = true
+	rw.depth++
+	defer func() { rw.depth-- }()
+	if rw.depth > maxNesting {
+		rw.fail(w.Location, "blocks are nested too deeply")
+		return
+	}
+	rw.nodes(w.Nodes)
+}
+
+func (rw *rewriter) nodes(ns []nodes.Node) {
+	for _, n := range ns {
+		if rw.err != nil {
+			return
+		}
+		switch n := n.(type) {
+		case *nodes.Data, *nodes.Comment:
+		case *nodes.Output:
+			if n.Condition != nil {
+				n.Condition = rw.cond(n.Condition)
+				if n.Alternative == nil {
+					// Jinja: `{{ a if c }}` is Undefined when c is false,
+					// which PaV refuses to print.
+					n.Alternative = filtered(filtered(&nodes.None{Location: n.Start}, fUndef, strNode(n.Start,
+						"the inline if-expression evaluated to false and has no else section")),
+						fFinalize, strNode(n.Start, ""))
+				} else {
+					n.Alternative = rw.finalize(n.Alternative)
+				}
+			}
+			n.Expression = rw.finalize(n.Expression)
+		case *nodes.ControlStructureBlock:
+			rw.control(n)
+		default:
+			rw.fail(n.Position(), "unsupported template node %T", n)
+		}
+	}
+}
+
+func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
+	switch c := block.ControlStructure.(type) {
+	case *controlStructures.IfControlStructure:
+		for i := range c.Conditions {
+			c.Conditions[i] = rw.cond(c.Conditions[i])
+		}
+		for _, w := range c.Wrappers {
+			rw.wrapper(w)
+		}
+	case *controlStructures.ForControlStructure:
+		text := strNode(c.ObjectEvaluator.Position(), exprText(c.ObjectEvaluator))
+		c.ObjectEvaluator = filtered(rw.expr(c.ObjectEvaluator), fIterable, text)
+		if c.IfCondition != nil {
+			c.IfCondition = rw.cond(c.IfCondition)
+		}
+		rw.wrapper(c.BodyWrapper)
+		rw.wrapper(c.EmptyWrapper)
+	case *controlStructures.CallControlStructure:
+		if _, ok := c.Call.Func.(*nodes.Name); !ok {
+			rw.fail(c.Location, "{%% call %%} needs a macro name")
+			return
+		}
+		rw.callParts(c.Call)
+		rw.wrapper(c.Body)
+	case *controlStructures.AutoescapeControlStructure:
+		rw.wrapper(c.Wrapper)
+	case *controlStructures.BlockControlStructure, *controlStructures.RawControlStructure:
+		// A block's body is in Template.Blocks; raw has no expressions.
+	case *setControl:
+		if c.nsTarget != nil {
+			c.nsTarget = rw.expr(c.nsTarget)
+		}
+		if c.expr != nil {
+			c.expr = rw.expr(c.expr)
+		}
+		if c.cond != nil {
+			c.cond = rw.cond(c.cond)
+		}
+		if c.alt != nil {
+			c.alt = rw.expr(c.alt)
+		}
+		rw.wrapper(c.body)
+	case *withControl:
+		for i := range c.values {
+			c.values[i] = rw.expr(c.values[i])
+		}
+		rw.wrapper(c.body)
+	case *filterControl:
+		rw.filterCalls(c.filters)
+		rw.wrapper(c.body)
+	case *macroControl:
+		for _, kw := range c.macro.Kwargs {
+			if _, missing := kw.Value.(*nodes.Error); missing {
+				// A parameter the caller did not pass is Undefined in Jinja
+				// (gonja's strict mode makes the whole call fail).
+				kw.Value = filtered(&nodes.None{Location: c.macro.Location}, fUndef, strNode(c.macro.Location,
+					fmt.Sprintf("'%s' is undefined (a parameter of macro '%s' that was not passed)", kw.Key.Position().Val, c.macro.Name)))
+			} else {
+				kw.Value = rw.expr(kw.Value)
+			}
+		}
+		rw.wrapper(c.macro.Wrapper)
+	default:
+		rw.fail(block.Location, "unsupported tag '%s'", block.Name)
+	}
+}
+
+// Note: texts for messages are always taken before rw.expr, which rewrites
+// nodes in place.
+func (rw *rewriter) finalize(e nodes.Expression) nodes.Expression {
+	text := strNode(e.Position(), exprText(e))
+	return filtered(rw.expr(e), fFinalize, text)
+}
+
+func (rw *rewriter) cond(e nodes.Expression) nodes.Expression {
+	return filtered(rw.expr(e), fBool)
+}
+
+func (rw *rewriter) exprs(es []nodes.Expression) {
+	for i := range es {
+		es[i] = rw.expr(es[i])
+	}
+}
+
+func (rw *rewriter) kwargs(kw map[string]nodes.Expression) {
+	for k, v := range kw {
+		kw[k] = rw.expr(v)
+	}
+}
+
+func (rw *rewriter) filterCalls(fcs []*nodes.FilterCall) {
+	for _, fc := range fcs {
+		if !rw.filters.Exists(fc.Name) || strings.HasPrefix(fc.Name, "pav:") {
+			rw.fail(fc.Token, "no filter named '%s'", fc.Name)
+			return
+		}
+		rw.exprs(fc.Args)
+		rw.kwargs(fc.Kwargs)
+	}
+}
+
+func (rw *rewriter) callParts(c *nodes.Call) {
+	text := strNode(c.Location, exprText(c.Func))
+	// Not flattened into the function's own filter chain: a chain stops at
+	// the first error, and pav:callable must see errors (see filterCallable).
+	c.Func = &nodes.FilteredExpression{Expression: rw.expr(c.Func), Filters: []*nodes.FilterCall{
+		{Token: c.Location, Name: fCallable, Args: []nodes.Expression{text}, Kwargs: map[string]nodes.Expression{}},
+	}}
+	c.Parent = nil // only used by gonja for method calls, which pav rewrites
+	rw.exprs(c.Args)
+	rw.kwargs(c.Kwargs)
+}
+
+func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
+	if e == nil || rw.err != nil {
+		return e
+	}
+	rw.depth++
+	defer func() { rw.depth-- }()
+	if rw.depth > maxNesting {
+		rw.fail(e.Position(), "expression is nested too deeply")
+		return e
+	}
+	switch n := e.(type) {
+	case *nodes.None:
+		if n.Location != nil && n.Location.Val == "nil" {
+			// gonja reads nil as None; in Jinja it is an ordinary name.
+			return filtered(&nodes.None{Location: n.Location}, fVar, strNode(n.Location, "nil"))
+		}
+		return n
+	case *nodes.String, *nodes.Integer, *nodes.Float, *nodes.Bool, *nodes.Error:
+		return n
+	case *nodes.List:
+		rw.exprs(n.Val)
+		return n
+	case *nodes.Tuple:
+		rw.exprs(n.Val)
+		return n
+	case *nodes.Dict:
+		for _, p := range n.Pairs {
+			p.Key = rw.expr(p.Key)
+			p.Value = rw.expr(p.Value)
+		}
+		return n
+	case *nodes.Name:
+		if n.Name.Val == "none" {
+			// Jinja's lowercase none, which gonja does not know.
+			return &nodes.None{Location: n.Name}
+		}
+		return filtered(&nodes.None{Location: n.Name}, fVar, strNode(n.Name, n.Name.Val))
+	case *nodes.GetAttribute:
+		var key nodes.Expression
+		if n.Attribute != "" {
+			key = strNode(n.Location, n.Attribute)
+		} else {
+			key = &nodes.Integer{Location: n.Location, Val: n.Index}
+		}
+		text := strNode(n.Location, exprText(n.Node))
+		return filtered(rw.expr(n.Node), fGetattr, key, text)
+	case *nodes.GetItem:
+		if n.Arg == nil {
+			rw.fail(n.Location, "expected an expression between [ and ]")
+			return n
+		}
+		text := strNode(n.Location, exprText(n.Node))
+		return filtered(rw.expr(n.Node), fGetitem, rw.expr(n.Arg), text)
+	case *nodes.GetSlice:
+		n.Node = rw.expr(n.Node)
+		n.Start = rw.expr(n.Start)
+		n.End = rw.expr(n.End)
+		n.Step = rw.expr(n.Step)
+		return n
+	case *nodes.Call:
+		if ga, ok := n.Func.(*nodes.GetAttribute); ok && ga.Attribute != "" {
+			args := append([]nodes.Expression{strNode(n.Location, ga.Attribute), strNode(n.Location, exprText(ga.Node))}, n.Args...)
+			// (exprText above runs before ga.Node is rewritten below.)
+			for i := 2; i < len(args); i++ {
+				args[i] = rw.expr(args[i])
+			}
+			rw.kwargs(n.Kwargs)
+			return filteredCall(rw.expr(ga.Node), &nodes.FilterCall{Token: n.Location, Name: fMethod, Args: args, Kwargs: n.Kwargs})
+		}
+		rw.callParts(n)
+		return n
+	case *nodes.Negation:
+		return filtered(rw.expr(n.Term), fNot)
+	case *nodes.UnaryExpression:
+		f := fPos
+		if n.Negative {
+			f = fNeg
+		}
+		text := strNode(n.Operator, exprText(n.Term))
+		return filtered(rw.expr(n.Term), f, text)
+	case *nodes.BinaryExpression:
+		tok := n.Operator.Token
+		switch tok.Type {
+		case tokens.And, tokens.Or:
+			// Kept: gonja's and/or are lazy and return an operand, as in
+			// Python; Undefined operands are falsy values, not errors.
+			n.Left = rw.expr(n.Left)
+			n.Right = rw.expr(n.Right)
+			return n
+		}
+		op, ok := binaryOps[tok.Type]
+		if !ok {
+			rw.fail(tok, "unsupported operator '%s'", tok.Val)
+			return n
+		}
+		leftText, rightText := strNode(tok, exprText(n.Left)), strNode(tok, exprText(n.Right))
+		return filtered(rw.expr(n.Left), fBinop, strNode(tok, op), rw.expr(n.Right), leftText, rightText)
+	case *nodes.FilteredExpression:
+		n.Expression = rw.expr(n.Expression)
+		rw.filterCalls(n.Filters)
+		return n
+	case *nodes.TestExpression:
+		n.Expression = rw.expr(n.Expression)
+		if !rw.tests.Exists(n.Test.Name) {
+			rw.fail(n.Test.Token, "no test named '%s'", n.Test.Name)
+			return n
+		}
+		rw.exprs(n.Test.Args)
+		rw.kwargs(n.Test.Kwargs)
+		return n
+	}
+	rw.fail(e.Position(), "unsupported expression %s", e)
+	return e
+}
+
+var binaryOps = map[tokens.Type]string{
+	tokens.Addition:           "+",
+	tokens.Subtraction:        "-",
+	tokens.Multiply:           "*",
+	tokens.Division:           "/",
+	tokens.FloorDivision:      "//",
+	tokens.Modulo:             "%",
+	tokens.Power:              "**",
+	tokens.Tilde:              "~",
+	tokens.Equals:             "==",
+	tokens.Ne:                 "!=",
+	tokens.LowerThan:          "<",
+	tokens.LowerThanOrEqual:   "<=",
+	tokens.GreaterThan:        ">",
+	tokens.GreaterThanOrEqual: ">=",
+}
+
+func strNode(tok *tokens.Token, s string) *nodes.String {
+	return &nodes.String{Location: tok, Val: s}
+}
+
+// filtered appends a filter call to e. Flattening evaluates the same, except
+// that a chain stops at the first error value: later filters do not see it.
+func filtered(e nodes.Expression, name string, args ...nodes.Expression) nodes.Expression {
+	return filteredCall(e, &nodes.FilterCall{Token: e.Position(), Name: name, Args: args, Kwargs: map[string]nodes.Expression{}})
+}
+
+func filteredCall(e nodes.Expression, fc *nodes.FilterCall) nodes.Expression {
+	if fe, ok := e.(*nodes.FilteredExpression); ok {
+		fe.Filters = append(fe.Filters, fc)
+		return fe
+	}
+	return &nodes.FilteredExpression{Expression: e, Filters: []*nodes.FilterCall{fc}}
+}
+
+// exprText renders an (unrewritten) expression back to template syntax, for
+// error messages.
+func exprText(e nodes.Node) string {
+	var b strings.Builder
+	writeExprText(&b, e, 0)
+	s := b.String()
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+func writeExprText(b *strings.Builder, e nodes.Node, depth int) {
+	if depth > 20 || b.Len() > 100 {
+		b.WriteString("…")
+		return
+	}
+	list := func(open, close string, es []nodes.Expression) {
+		b.WriteString(open)
+		for i, x := range es {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeExprText(b, x, depth+1)
+		}
+		b.WriteString(close)
+	}
+	switch n := e.(type) {
+	case nil:
+	case *nodes.None:
+		b.WriteString("none")
+	case *nodes.String:
+		b.WriteString(pyReprString(n.Val))
+	case *nodes.Integer:
+		b.WriteString(strconv.Itoa(n.Val))
+	case *nodes.Float:
+		b.WriteString(pyFloat(n.Val))
+	case *nodes.Bool:
+		b.WriteString(strconv.FormatBool(n.Val))
+	case *nodes.Name:
+		b.WriteString(n.Name.Val)
+	case *nodes.List:
+		list("[", "]", n.Val)
+	case *nodes.Tuple:
+		list("(", ")", n.Val)
+	case *nodes.Dict:
+		b.WriteByte('{')
+		for i, p := range n.Pairs {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeExprText(b, p.Key, depth+1)
+			b.WriteString(": ")
+			writeExprText(b, p.Value, depth+1)
+		}
+		b.WriteByte('}')
+	case *nodes.GetAttribute:
+		writeExprText(b, n.Node, depth+1)
+		b.WriteByte('.')
+		if n.Attribute != "" {
+			b.WriteString(n.Attribute)
+		} else {
+			b.WriteString(strconv.Itoa(n.Index))
+		}
+	case *nodes.GetItem:
+		writeExprText(b, n.Node, depth+1)
+		b.WriteByte('[')
+		writeExprText(b, n.Arg, depth+1)
+		b.WriteByte(']')
+	case *nodes.GetSlice:
+		writeExprText(b, n.Node, depth+1)
+		b.WriteByte('[')
+		writeExprText(b, n.Start, depth+1)
+		b.WriteByte(':')
+		writeExprText(b, n.End, depth+1)
+		if n.Step != nil {
+			b.WriteByte(':')
+			writeExprText(b, n.Step, depth+1)
+		}
+		b.WriteByte(']')
+	case *nodes.Call:
+		writeExprText(b, n.Func, depth+1)
+		list("(", ")", n.Args)
+	case *nodes.Negation:
+		b.WriteString("not ")
+		writeExprText(b, n.Term, depth+1)
+	case *nodes.UnaryExpression:
+		if n.Negative {
+			b.WriteByte('-')
+		} else {
+			b.WriteByte('+')
+		}
+		writeExprText(b, n.Term, depth+1)
+	case *nodes.BinaryExpression:
+		writeExprText(b, n.Left, depth+1)
+		b.WriteString(" " + n.Operator.Token.Val + " ")
+		writeExprText(b, n.Right, depth+1)
+	case *nodes.FilteredExpression:
+		writeExprText(b, n.Expression, depth+1)
+		for _, f := range n.Filters {
+			b.WriteString(" | " + f.Name)
+			if len(f.Args) > 0 {
+				list("(", ")", f.Args)
+			}
+		}
+	case *nodes.TestExpression:
+		writeExprText(b, n.Expression, depth+1)
+		b.WriteString(" is " + n.Test.Name)
+	default:
+		b.WriteString("…")
+	}
+}
