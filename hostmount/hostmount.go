@@ -216,3 +216,19 @@ func BlockSize(path string) (int64, error) {
 	}
 	return int64(size), nil
 }
+
+// FSUsage is what statfs says of a file system.
+type FSUsage struct {
+	Bytes, BytesFree, Inodes, InodesFree int64
+}
+
+// Usage returns the usage of the file system holding path; free space is what
+// an unprivileged writer can still use (f_bavail).
+func Usage(path string) (FSUsage, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return FSUsage{}, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	bs := int64(st.Bsize)
+	return FSUsage{Bytes: int64(st.Blocks) * bs, BytesFree: int64(st.Bavail) * bs, Inodes: int64(st.Files), InodesFree: int64(st.Ffree)}, nil
+}

@@ -89,9 +89,52 @@ func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 }
 
 func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
-		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}},
-	}}}, nil
+	var caps []*csi.NodeServiceCapability
+	for _, c := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeGetVolumeStats reports a published volume's usage, so that kubelet's
+// kubelet_volume_stats_* metrics cover pav volumes: bytes and inodes of a file
+// system, the size of a block device.
+func (s *Server) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetVolumePath() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume path is required")
+	}
+	fi, err := os.Stat(req.GetVolumePath())
+	if os.IsNotExist(err) {
+		return nil, status.Errorf(codes.NotFound, "volume path %s does not exist", req.GetVolumePath())
+	} else if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if mounted, err := hostmount.IsMountPoint(req.GetVolumePath()); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	} else if !mounted {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s", req.GetVolumeId(), req.GetVolumePath())
+	}
+	if !fi.IsDir() {
+		size, err := hostmount.BlockSize(req.GetVolumePath())
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
+	}
+	u, err := hostmount.Usage(req.GetVolumePath())
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: u.Bytes, Available: u.BytesFree, Used: u.Bytes - u.BytesFree},
+		{Unit: csi.VolumeUsage_INODES, Total: u.Inodes, Available: u.InodesFree, Used: u.Inodes - u.InodesFree},
+	}}, nil
 }
 
 // NodeStageVolume makes the volume available at the staging path by running the

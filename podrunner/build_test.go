@@ -154,10 +154,10 @@ func TestBuildPod(t *testing.T) {
 				t.Errorf("namespace %q, want default", pod.Namespace)
 			}
 			want := map[string]string{
-				"app":                       "mine",
-				podrunner.LabelProvisioner:  "hello", // ours win
-				podrunner.LabelPhase:        "creation",
-				podrunner.LabelVolume:       podrunner.VolumeLabel("pvc-1"),
+				"app":                      "mine",
+				podrunner.LabelProvisioner: "hello", // ours win
+				podrunner.LabelPhase:       "creation",
+				podrunner.LabelVolume:      podrunner.VolumeLabel("pvc-1"),
 			}
 			for k, v := range want {
 				if pod.Labels[k] != v {

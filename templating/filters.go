@@ -304,7 +304,7 @@ func callMethod(obj *exec.Value, name string, va *exec.VarArgs) (*exec.Value, er
 		}
 	case kStr, kInt, kFloat, kBool:
 		if m := scalarMethod(obj, name); m != nil {
-			r, err := m(obj, va)
+			r, err := callScalarMethod(m, obj, va, name)
 			if err != nil {
 				return nil, err
 			}
@@ -1093,3 +1093,44 @@ func checkSizes(name string, limit int64, va *exec.VarArgs) error {
 
 // sizeMethods are the str methods whose integer argument is a size.
 var sizeMethods = map[string]bool{"center": true, "ljust": true, "rjust": true, "zfill": true, "expandtabs": true}
+
+// cycler is Jinja's cycler(items…): gonja's panics when called without
+// items.
+type cycler struct {
+	items []*exec.Value
+	pos   int
+}
+
+func globalCycler(_ *exec.Evaluator, va *exec.VarArgs) *exec.Value {
+	if len(va.Args) == 0 || len(va.KwArgs) != 0 {
+		return exec.AsValue(fmt.Errorf("cycler() needs at least one item"))
+	}
+	return exec.AsValue(&cycler{items: va.Args})
+}
+
+func (c *cycler) GetAttribute(name string) (*exec.Value, bool) {
+	switch name {
+	case "current":
+		return c.items[c.pos], true
+	case "next":
+		return exec.AsValue(func() *exec.Value {
+			v := c.items[c.pos]
+			c.pos = (c.pos + 1) % len(c.items)
+			return v
+		}), true
+	case "reset":
+		return exec.AsValue(func() { c.pos = 0 }), true
+	}
+	return nil, false
+}
+
+// callScalarMethod calls one of gonja's str/int/float/bool methods, turning
+// a panic (gonja's Python string emulation has some) into an error.
+func callScalarMethod(m methodFunc, obj *exec.Value, va *exec.VarArgs, name string) (r any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("%s.%s() cannot handle these arguments (%v)", typeName(obj), name, p)
+		}
+	}()
+	return m(obj, va)
+}

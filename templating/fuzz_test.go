@@ -34,7 +34,9 @@ func FuzzToBash(f *testing.F) {
 		if bashErr != nil {
 			t.Skip("bash not found")
 		}
-		cmd := exec.Command(bash, "-c", "printf %s "+word)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bash, "-c", "printf %s "+word)
 		cmd.Env = []string{"LC_ALL=C"}
 		var out bytes.Buffer
 		cmd.Stdout = &out

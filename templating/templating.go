@@ -332,6 +332,14 @@ var (
 )
 
 func init() {
+	// gonja's filters panic on some inputs ([1, None] | min, for one); a
+	// recover per filter turns that into an error naming the filter.
+	for _, name := range gonjaFilters {
+		if f, ok := filters.Get(name); ok {
+			_ = filters.Replace(name, safeFilter(name, f))
+		}
+	}
+
 	set := func(name string, f exec.FilterFunction) {
 		if filters.Exists(name) {
 			_ = filters.Replace(name, f)
@@ -379,7 +387,8 @@ func init() {
 		set(name, guardSizes(name, limit, f))
 	}
 
-	for _, name := range []string{"cycler", "joiner"} {
+	globals.Set("cycler", globalCycler)
+	for _, name := range []string{"joiner"} {
 		f, ok := builtins.GlobalFunctions.Get(name)
 		if !ok {
 			panic("gonja has no " + name + " function")
@@ -398,6 +407,27 @@ func init() {
 	globals.Set("dict", globalDict)
 	globals.Set("namespace", globalNamespace)
 	globals.Set("get_pvc", globalGetPVC)
+}
+
+// gonjaFilters lists gonja v2.9.1's filters (FilterSet cannot be listed).
+var gonjaFilters = []string{
+	"abs", "attr", "batch", "capitalize", "center", "default", "d", "dictsort", "e", "escape",
+	"filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "join",
+	"items", "last", "length", "count", "list", "lower", "map", "max", "min", "pprint", "random",
+	"rejectattr", "reject", "replace", "reverse", "round", "safe", "selectattr", "select", "slice",
+	"sort", "string", "striptags", "sum", "title", "tojson", "trim", "truncate", "unique", "upper",
+	"urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+}
+
+func safeFilter(name string, f exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) (out *exec.Value) {
+		defer func() {
+			if p := recover(); p != nil {
+				out = stateOf(e).failf("filter '%s' cannot handle this input (%v)", name, p)
+			}
+		}()
+		return f(e, in, va)
+	}
 }
 
 // ---- parsing and the template cache ----
@@ -456,7 +486,10 @@ func compile(src string) (*exec.Template, error) {
 func parse(src string) (tpl *exec.Template, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			tpl, err = nil, newTemplateError("template syntax error", fmt.Sprintf("internal error: %v", p), "", nil)
+			// gonja's parser dereferences nil on some malformed input
+			// ("{% if 0 is %}"). Such a template is rejected like any other
+			// unparsable one.
+			tpl, err = nil, newTemplateError("template syntax error", fmt.Sprintf("cannot parse this template (parser failure: %v)", p), "", nil)
 		}
 	}()
 	if err := checkNesting(src); err != nil {

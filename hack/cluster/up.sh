@@ -277,6 +277,11 @@ fi
 for t in "$ROOT"/_output/images/*.tar; do
   ctr_ -n k8s.io images import --platform linux/amd64 "$t" >/dev/null
 done
+# Local aliases, so that the examples' public busybox image (imagePullPolicy IfNotPresent)
+# runs unmodified on this registry-less cluster.
+for alias in docker.io/library/busybox:1.36; do
+  ctr_ -n k8s.io images tag --force pav.local/busybox:dev "$alias" >/dev/null
+done
 log "images: imported $(ls "$ROOT"/_output/images/*.tar | wc -l) archives"
 
 # 3. etcd

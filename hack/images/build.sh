@@ -11,7 +11,9 @@
 # sha256sum only, archived as _output/images/<IMAGE>.tar and imported with
 # `ctr -n k8s.io images import`. Images and their contents:
 #   registry.k8s.io/pause:3.10     /pause, static Go build of test/images/pause
-#   pav.local/busybox:dev          Debian's busybox-static + applet symlinks (/bin/sh …)
+#   pav.local/busybox:dev          Debian's busybox-static + applet symlinks (/bin/sh …);
+#                                  on import also tagged docker.io/library/busybox:1.36 (the
+#                                  examples' image) so that examples run unmodified
 #   pav.local/csi-provisioner:dev  /csi-provisioner (from hack/build-tools.sh)
 #   pav.local/pav:dev              busybox + /usr/local/bin/pav (CGO_ENABLED=0 go build ./cmd/pav)
 #   pav.local/registrar:dev        /csi-node-driver-registrar = test/registrar (test-only stand-in)
@@ -149,5 +151,8 @@ if [ "$do_import" = 1 ]; then
   for i in "${images[@]}"; do
     "$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images import --platform linux/amd64 "$OUT/$i.tar" >/dev/null
     log "imported ${REF[$i]}"
+    if [ "$i" = busybox ]; then  # same local alias as hack/cluster/up.sh makes
+      "$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images tag --force "${REF[busybox]}" docker.io/library/busybox:1.36 >/dev/null
+    fi
   done
 fi

@@ -1,0 +1,696 @@
+package podrunner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/podrunner"
+	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
+)
+
+var registry = metrics.NewKubeRegistry()
+
+func TestMain(m *testing.M) {
+	// The fake clientset's watchers have fixed-size channels and panic when
+	// one fills up; the concurrency test makes bursts of events.
+	watch.DefaultChanSize = 10000
+	podrunner.RegisterMetrics(registry)
+	os.Exit(m.Run())
+}
+
+const provisioner = "hello"
+
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	client  *fake.Clientset
+	kubelet *fakekubelet.Kubelet
+	runner  *podrunner.Runner
+	cfg     podrunner.Config
+	creates atomic.Int32 // pods actually created (not AlreadyExists attempts)
+	runs    atomic.Int32 // pods the kubelet started
+}
+
+type envOpts struct {
+	cfg     func(c *podrunner.Config)
+	kubelet fakekubelet.Options
+	objects []runtime.Object
+}
+
+func newEnv(t *testing.T, behaviour fakekubelet.Behaviour, o envOpts) *env {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	e := &env{t: t, ctx: ctx, client: fake.NewClientset(o.objects...)}
+	e.kubelet = fakekubelet.New(e.client, func(pod *corev1.Pod) fakekubelet.Outcome {
+		e.runs.Add(1)
+		return behaviour(pod)
+	}, o.kubelet)
+	// Count creates that succeed. Reactors run under the fake's lock, so
+	// looking at the tracker here is race-free.
+	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ca := a.(k8stesting.CreateAction)
+		pod := ca.GetObject().(*corev1.Pod)
+		if _, err := e.client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), ca.GetNamespace(), pod.Name); apierrors.IsNotFound(err) {
+			e.creates.Add(1)
+		}
+		return false, nil, nil
+	})
+	e.cfg = podrunner.Config{
+		Client: e.client, Provisioner: provisioner, ReportImage: "registry/pav:test",
+		ReportWait: 2 * time.Second, DeleteWait: 5 * time.Second,
+	}
+	if o.cfg != nil {
+		o.cfg(&e.cfg)
+	}
+	if o.kubelet.Dir == "" {
+		o.kubelet.Dir = t.TempDir()
+	}
+	if err := e.kubelet.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.runner = e.newRunner()
+	t.Cleanup(func() {
+		cancel()
+		e.kubelet.Wait()
+	})
+	return e
+}
+
+// newRunner starts another Runner on the same cluster: a driver restart.
+func (e *env) newRunner() *podrunner.Runner {
+	e.t.Helper()
+	r := podrunner.New(e.cfg)
+	if err := r.Start(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func creationOp(key string) podrunner.Operation {
+	return podrunner.Operation{
+		Provisioner: provisioner, Phase: v1alpha1.PhaseCreation, VolumeKey: key,
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "main", Image: "busybox", Command: []string{"sh", "-c", "echo hi"}},
+		}}},
+	}
+}
+
+func stagingOp(key, node, hostPath string) podrunner.Operation {
+	op := creationOp(key + "@" + node)
+	op.Phase, op.NodeName, op.HostPath, op.KeepRunning = v1alpha1.PhaseStaging, node, hostPath, true
+	t := true
+	op.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &t}
+	return op
+}
+
+func (e *env) getPod(op podrunner.Operation) (*corev1.Pod, error) {
+	return e.client.CoreV1().Pods(op.Namespace()).Get(context.Background(), op.PodName(), metav1.GetOptions{})
+}
+
+func (e *env) assertGone(op podrunner.Operation) {
+	e.t.Helper()
+	if p, err := e.getPod(op); !apierrors.IsNotFound(err) {
+		e.t.Errorf("pod %s still there (phase %v, err %v)", op.PodName(), podPhase(p), err)
+	}
+}
+
+func podPhase(p *corev1.Pod) corev1.PodPhase {
+	if p == nil {
+		return ""
+	}
+	return p.Status.Phase
+}
+
+// waitPod waits (through a watch) until the op's pod satisfies cond.
+func (e *env) waitPod(op podrunner.Operation, cond func(p *corev1.Pod) bool) *corev1.Pod {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	w, err := e.client.CoreV1().Pods(op.Namespace()).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer w.Stop()
+	if p, err := e.getPod(op); err == nil && cond(p) {
+		return p
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			e.t.Fatalf("pod %s never reached the expected state", op.PodName())
+		case ev := <-w.ResultChan():
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Name == op.PodName() && ev.Type != watch.Deleted && cond(p) {
+				return p
+			}
+		}
+	}
+}
+
+func reportDone(p *corev1.Pod) bool {
+	for _, s := range p.Status.InitContainerStatuses {
+		if s.Name == podrunner.ReportContainer && s.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func always(o fakekubelet.Outcome) fakekubelet.Behaviour {
+	return func(*corev1.Pod) fakekubelet.Outcome { return o }
+}
+
+func mustFail(t *testing.T, err error) *podrunner.PodFailure {
+	t.Helper()
+	f, ok := podrunner.IsPodFailure(err)
+	if !ok {
+		t.Fatalf("want a PodFailure, got %v", err)
+	}
+	return f
+}
+
+func TestRunOutcomes(t *testing.T) {
+	thirtyLines := ""
+	for i := 1; i <= 30; i++ {
+		thirtyLines += fmt.Sprintf("line %d\n", i)
+	}
+	cases := []struct {
+		name    string
+		outcome fakekubelet.Outcome
+		cfg     func(c *podrunner.Config)
+		check   func(t *testing.T, res *podrunner.Result, err error)
+	}{
+		{"success with files", fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "vol-42", "capacity": "1Gi\n"}},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Running || res.Files["handle"] != "vol-42" || res.Files["capacity"] != "1Gi\n" || len(res.Files) != 2 {
+					t.Errorf("result %+v", res)
+				}
+			}},
+		{"success without files", fakekubelet.Outcome{Kind: fakekubelet.Succeed},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				if err != nil || len(res.Files) != 0 {
+					t.Errorf("res %+v err %v", res, err)
+				}
+			}},
+		{"failure with /pav/error", fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "disk quota exceeded\n"}, Logs: "noise\n"},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if f.PodPhase != corev1.PodFailed || f.Reason != "Error" || f.ExitCodes["main"] != 3 || len(f.ExitCodes) != 1 ||
+					f.ErrorFile != "disk quota exceeded\n" || f.LogTail != "" {
+					t.Errorf("failure %+v", f)
+				}
+				want := fmt.Sprintf(`creation pod default/%s failed (phase Failed, reason Error): container "main" exited with code 3; /pav/error: disk quota exceeded`, f.Pod)
+				if err.Error() != want {
+					t.Errorf("got  %s\nwant %s", err, want)
+				}
+			}},
+		{"failure with log tail", fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 2, Logs: thirtyLines},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if !strings.HasPrefix(f.LogTail, "line 11\n") || !strings.HasSuffix(f.LogTail, "line 30") {
+					t.Errorf("log tail %q", f.LogTail)
+				}
+				if !strings.Contains(err.Error(), `container "main" exited with code 2; log tail: line 11`) {
+					t.Errorf("message %s", err)
+				}
+			}},
+		{"long log tail is cut to ~2 KiB", fakekubelet.Outcome{Kind: fakekubelet.Fail, Logs: strings.Repeat(strings.Repeat("x", 500)+"\n", 20) + "last"},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if len(f.LogTail) > 2048+len("…") || !strings.HasSuffix(f.LogTail, "last") || !strings.HasPrefix(f.LogTail, "…") {
+					t.Errorf("log tail of %d bytes", len(f.LogTail))
+				}
+			}},
+		{"unschedulable", fakekubelet.Outcome{Kind: fakekubelet.Unschedulable, Message: "0/3 nodes are available: 3 Insufficient memory."},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if f.Reason != podrunner.ReasonUnschedulable || f.PodPhase != corev1.PodPending || f.Message != "0/3 nodes are available: 3 Insufficient memory." {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+		{"image pull error", fakekubelet.Outcome{Kind: fakekubelet.ImagePullError, Message: "manifest unknown"},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if f.Reason != "ErrImagePull" || !strings.Contains(f.Message, `container "main" (image busybox): manifest unknown`) {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+		{"image pull backoff", fakekubelet.Outcome{Kind: fakekubelet.ImagePullError, Reason: "ImagePullBackOff"},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				if f := mustFail(t, err); f.Reason != "ImagePullBackOff" {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+		{"create container config error", fakekubelet.Outcome{Kind: fakekubelet.ImagePullError, Reason: "CreateContainerConfigError", Message: `secret "x" not found`},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				if f := mustFail(t, err); f.Reason != "CreateContainerConfigError" {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+		{"timeout while pending", fakekubelet.Outcome{Kind: fakekubelet.Hang},
+			func(c *podrunner.Config) { c.PodTimeout = 300 * time.Millisecond },
+			func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if f.Reason != podrunner.ReasonTimeout || f.PodPhase != corev1.PodPending || !strings.Contains(f.Message, "300ms") {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+		{"timeout while running, with log tail", fakekubelet.Outcome{Kind: fakekubelet.Run, Logs: "still copying\n"},
+			func(c *podrunner.Config) { c.PodTimeout = 300 * time.Millisecond },
+			func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if f.Reason != podrunner.ReasonTimeout || f.PodPhase != corev1.PodRunning || f.LogTail != "still copying" {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+		{"report lags the phase", fakekubelet.Outcome{Kind: fakekubelet.Succeed, ReportLag: 300 * time.Millisecond, Files: map[string]string{"handle": "late"}},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				if err != nil || res.Files["handle"] != "late" {
+					t.Errorf("res %+v err %v", res, err)
+				}
+			}},
+		{"report never comes: bounded wait, then success without files", fakekubelet.Outcome{Kind: fakekubelet.Succeed, NoReport: true, Files: map[string]string{"handle": "lost"}},
+			func(c *podrunner.Config) { c.ReportWait = 200 * time.Millisecond },
+			func(t *testing.T, res *podrunner.Result, err error) {
+				if err != nil || len(res.Files) != 0 {
+					t.Errorf("res %+v err %v", res, err)
+				}
+			}},
+		{"report of a failed pod lags", fakekubelet.Outcome{Kind: fakekubelet.Fail, ReportLag: 200 * time.Millisecond, Files: map[string]string{"error": "boom"}},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				if f := mustFail(t, err); f.ErrorFile != "boom" {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+		{"unusable report fails a succeeded pod", fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": strings.Repeat("h", 5000)}},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if f.Reason != podrunner.ReasonInvalidReport || !strings.Contains(f.Message, "too large") {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, always(c.outcome), envOpts{cfg: c.cfg})
+			op := creationOp("pvc-" + strings.ReplaceAll(c.name, " ", "-"))
+			start := time.Now()
+			res, err := e.runner.Run(e.ctx, op)
+			c.check(t, res, err)
+			if c.outcome.NoReport && time.Since(start) < 200*time.Millisecond {
+				t.Error("did not wait for the report")
+			}
+			e.assertGone(op)
+			if n := e.creates.Load(); n != 1 {
+				t.Errorf("%d pods created", n)
+			}
+		})
+	}
+}
+
+func TestRunCancelLeavesPod(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Hang}), envOpts{})
+	op := creationOp("pvc-cancel")
+	ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := e.runner.Run(ctx, op)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := e.getPod(op); err != nil {
+		t.Fatalf("pod gone after cancel: %v", err)
+	}
+}
+
+func TestAdoptAfterRestart(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, RunFor: 500 * time.Millisecond, Files: map[string]string{"handle": "h"}}), envOpts{})
+	op := creationOp("pvc-restart")
+
+	// The first driver gives up while the pod runs...
+	ctx, cancel := context.WithCancel(e.ctx)
+	go func() {
+		e.waitPod(op, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		cancel()
+	}()
+	if _, err := e.runner.Run(ctx, op); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first run: %v", err)
+	}
+	// ... and a new one (new informer, nothing shared) picks it up.
+	res, err := e.newRunner().Run(e.ctx, op)
+	if err != nil || res.Files["handle"] != "h" {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if c, r := e.creates.Load(), e.runs.Load(); c != 1 || r != 1 {
+		t.Errorf("%d pods created, %d run; want exactly one", c, r)
+	}
+	e.assertGone(op)
+}
+
+func TestAdoptFinishedPod(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		outcome fakekubelet.Outcome
+	}{
+		{"succeeded", fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "from-before"}}},
+		{"failed", fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 7, Files: map[string]string{"error": "from before"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, always(c.outcome), envOpts{})
+			op := creationOp("pvc-finished")
+			// A driver created the pod and died before it saw it finish.
+			pod, err := e.runner.BuildPod(op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			e.waitPod(op, reportDone)
+
+			res, err := e.newRunner().Run(e.ctx, op)
+			if c.outcome.Kind == fakekubelet.Succeed {
+				if err != nil || res.Files["handle"] != "from-before" {
+					t.Fatalf("res %+v err %v", res, err)
+				}
+			} else if f := mustFail(t, err); f.ExitCodes["main"] != 7 || f.ErrorFile != "from before" {
+				t.Fatalf("failure %+v", f)
+			}
+			if c, r := e.creates.Load(), e.runs.Load(); c != 1 || r != 1 {
+				t.Errorf("%d pods created, %d run: the finished pod was re-run", c, r)
+			}
+			e.assertGone(op)
+		})
+	}
+}
+
+func TestTerminatingPodIsWaitedOut(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run}), envOpts{kubelet: fakekubelet.Options{DeletionDelay: 300 * time.Millisecond}})
+	op := creationOp("pvc-terminating")
+	pod, _ := e.runner.BuildPod(op)
+	if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	old := e.waitPod(op, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if err := e.client.CoreV1().Pods(pod.Namespace).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// While it is terminating (running, not finished), a Run must not adopt
+	// it: it waits it out and runs a new pod.
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+	defer cancel()
+	_, err := e.runner.Run(ctx, op)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v (want the new Run-kind pod to keep running)", err)
+	}
+	p, err := e.getPod(op)
+	if err != nil || p.UID == old.UID || p.DeletionTimestamp != nil {
+		t.Fatalf("want a fresh pod, got %v (old uid %s), err %v", p, old.UID, err)
+	}
+	if n := e.creates.Load(); n != 2 {
+		t.Errorf("%d creates, want 2", n)
+	}
+}
+
+func TestForeignPodRefused(t *testing.T) {
+	op := creationOp("pvc-foreign")
+	name := op.PodName()
+	cases := []struct {
+		name   string
+		labels map[string]string
+		annot  map[string]string
+		owner  string
+	}{
+		{"not pav", map[string]string{"app": "x"}, nil, "someone else (it has no pav labels)"},
+		{"other provisioner", map[string]string{podrunner.LabelProvisioner: "other", podrunner.LabelPhase: "creation"},
+			map[string]string{podrunner.AnnotationVolumeKey: "pvc-foreign"}, `pav provisioner "other", phase "creation", volume key "pvc-foreign"`},
+		{"other volume (hash collision)", map[string]string{podrunner.LabelProvisioner: provisioner, podrunner.LabelPhase: "creation"},
+			map[string]string{podrunner.AnnotationVolumeKey: "pvc-else"}, `volume key "pvc-else"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			foreign := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: c.labels, Annotations: c.annot, UID: "foreign-uid"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
+			}
+			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run}), envOpts{objects: []runtime.Object{foreign}})
+			_, err := e.runner.Run(e.ctx, op)
+			if !errors.Is(err, podrunner.ErrForeignPod) || !strings.Contains(err.Error(), "default/"+name) || !strings.Contains(err.Error(), c.owner) {
+				t.Fatalf("err %v", err)
+			}
+			if err := e.runner.Delete(e.ctx, op); !errors.Is(err, podrunner.ErrForeignPod) {
+				t.Errorf("Delete: %v", err)
+			}
+			if p, err := e.getPod(op); err != nil || p.UID != "foreign-uid" {
+				t.Errorf("foreign pod touched: %v %v", p, err)
+			}
+			if n := e.creates.Load(); n != 0 {
+				t.Errorf("%d creates", n)
+			}
+		})
+	}
+}
+
+func TestKeepRunningAndDelete(t *testing.T) {
+	hostDir := filepath.Join(t.TempDir(), "vol-1")
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}), envOpts{
+		cfg: func(c *podrunner.Config) { c.NodeName = "node-a" },
+		kubelet: fakekubelet.Options{
+			DeletionDelay: 300 * time.Millisecond,
+			OnStart: func(pod *corev1.Pod, dir string) error {
+				return os.Mkdir(filepath.Join(dir, "volume"), 0o755) // the staged volume
+			},
+		},
+	})
+	op := stagingOp("vol-1", "node-a", hostDir)
+	res, err := e.runner.Run(e.ctx, op)
+	if err != nil || !res.Running {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	p, err := e.getPod(op)
+	if err != nil || p.Status.Phase != corev1.PodRunning || p.Spec.NodeName != "node-a" {
+		t.Fatalf("pod %v err %v", podPhase(p), err)
+	}
+	for _, f := range []string{"ready", "volume"} {
+		if _, err := os.Stat(filepath.Join(hostDir, f)); err != nil {
+			t.Errorf("host dir: %v", err)
+		}
+	}
+	// A retry (NodeStageVolume is retried) adopts the running pod at once.
+	if res, err := e.newRunner().Run(e.ctx, op); err != nil || !res.Running {
+		t.Fatalf("retry: res %+v err %v", res, err)
+	}
+
+	start := time.Now()
+	if err := e.runner.Delete(e.ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Errorf("Delete returned after %v, before the pod was gone", time.Since(start))
+	}
+	e.assertGone(op)
+	if err := e.runner.Delete(e.ctx, op); err != nil {
+		t.Errorf("deleting a missing pod: %v", err)
+	}
+	if n := e.creates.Load(); n != 1 {
+		t.Errorf("%d creates", n)
+	}
+}
+
+func TestKeepRunningNotReadyTimesOut(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: false}), envOpts{
+		cfg: func(c *podrunner.Config) { c.NodeName = "node-a"; c.PodTimeout = 300 * time.Millisecond },
+	})
+	op := stagingOp("vol-2", "node-a", filepath.Join(t.TempDir(), "vol-2"))
+	_, err := e.runner.Run(e.ctx, op)
+	if f := mustFail(t, err); f.Reason != podrunner.ReasonTimeout || !strings.Contains(f.Message, "neither finished nor became ready") {
+		t.Fatalf("failure %+v", f)
+	}
+	e.assertGone(op)
+}
+
+func TestKeepRunningPodThatCompletes(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed}), envOpts{cfg: func(c *podrunner.Config) { c.NodeName = "node-a" }})
+	op := stagingOp("vol-3", "node-a", filepath.Join(t.TempDir(), "vol-3"))
+	res, err := e.runner.Run(e.ctx, op)
+	if err != nil || res.Running {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	e.assertGone(op)
+}
+
+func TestNodeModeRefusesOtherNodes(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{}), envOpts{cfg: func(c *podrunner.Config) { c.NodeName = "node-a" }})
+	op := stagingOp("vol-4", "node-b", "/tmp/x")
+	if _, err := e.runner.Run(e.ctx, op); !errors.Is(err, podrunner.ErrInvalidOperation) {
+		t.Errorf("Run: %v", err)
+	}
+	if err := e.runner.Delete(e.ctx, op); !errors.Is(err, podrunner.ErrInvalidOperation) {
+		t.Errorf("Delete: %v", err)
+	}
+	other := creationOp("x")
+	other.Provisioner = "other"
+	if _, err := e.runner.Run(e.ctx, other); !errors.Is(err, podrunner.ErrInvalidOperation) {
+		t.Errorf("other provisioner: %v", err)
+	}
+}
+
+func TestNotStarted(t *testing.T) {
+	r := podrunner.New(podrunner.Config{Client: fake.NewClientset(), Provisioner: provisioner, ReportImage: "img"})
+	if _, err := r.Run(context.Background(), creationOp("k")); !errors.Is(err, podrunner.ErrNotStarted) {
+		t.Errorf("err %v", err)
+	}
+	if err := podrunner.New(podrunner.Config{Client: fake.NewClientset(), Provisioner: "Bad Name", ReportImage: "img"}).Start(context.Background()); err == nil {
+		t.Error("bad provisioner name accepted")
+	}
+}
+
+func TestStoppedRunner(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Hang}), envOpts{})
+	ctx, cancel := context.WithCancel(e.ctx)
+	r := podrunner.New(e.cfg)
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { _, err := r.Run(e.ctx, creationOp("pvc-stop")); done <- err }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, podrunner.ErrStopped) {
+		t.Errorf("err %v", err)
+	}
+}
+
+func TestPodDeletedByOthers(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Hang}), envOpts{})
+	op := creationOp("pvc-deleted")
+	go func() {
+		e.waitPod(op, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+		_ = e.client.CoreV1().Pods("default").Delete(e.ctx, op.PodName(), metav1.DeleteOptions{})
+	}()
+	if _, err := e.runner.Run(e.ctx, op); !errors.Is(err, podrunner.ErrPodDeleted) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestConcurrentRuns(t *testing.T) {
+	e := newEnv(t, func(pod *corev1.Pod) fakekubelet.Outcome {
+		key := pod.Annotations[podrunner.AnnotationVolumeKey]
+		var n int
+		fmt.Sscanf(key, "pvc-%d", &n)
+		if n%3 == 0 {
+			return fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: int32(n), Files: map[string]string{"error": key}}
+		}
+		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "h-" + key}, RunFor: time.Duration(n%5) * 10 * time.Millisecond}
+	}, envOpts{})
+
+	const n = 24
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("pvc-%d", i)
+			res, err := e.runner.Run(e.ctx, creationOp(key))
+			switch {
+			case i%3 == 0:
+				if f, ok := podrunner.IsPodFailure(err); !ok || f.ErrorFile != key || f.ExitCodes["main"] != int32(i) {
+					errs <- fmt.Errorf("%s: err %v", key, err)
+				}
+			case err != nil || res.Files["handle"] != "h-"+key:
+				errs <- fmt.Errorf("%s: res %+v err %v", key, res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	pods, err := e.client.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 0 {
+		t.Errorf("%d pods left, err %v", len(pods.Items), err)
+	}
+	if c := e.creates.Load(); c != n {
+		t.Errorf("%d creates for %d operations", c, n)
+	}
+}
+
+func TestConcurrentRunsOfOneOperation(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, RunFor: 300 * time.Millisecond, Files: map[string]string{"handle": "one"}}), envOpts{})
+	op := creationOp("pvc-same")
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if res, err := e.runner.Run(e.ctx, op); err != nil || res.Files["handle"] != "one" {
+				t.Errorf("res %+v err %v", res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if c, r := e.creates.Load(), e.runs.Load(); c != 1 || r != 1 {
+		t.Errorf("%d creates, %d runs for one operation", c, r)
+	}
+	e.assertGone(op)
+}
+
+func counter(t *testing.T, phase, result string) float64 {
+	t.Helper()
+	vals, err := testutil.GetCounterValuesFromGatherer(registry, "pav_pod_operations_total", map[string]string{"phase": phase}, "result")
+	if err != nil {
+		return 0 // not yet reported
+	}
+	return vals[result]
+}
+
+func TestMetrics(t *testing.T) {
+	e := newEnv(t, func(pod *corev1.Pod) fakekubelet.Outcome {
+		if pod.Annotations[podrunner.AnnotationVolumeKey] == "bad" {
+			return fakekubelet.Outcome{Kind: fakekubelet.Fail}
+		}
+		return fakekubelet.Outcome{Kind: fakekubelet.Succeed}
+	}, envOpts{})
+	op := creationOp("good")
+	op.Phase = v1alpha1.PhaseDeletion // a phase no other test uses
+	bad := op
+	bad.VolumeKey = "bad"
+	s0, f0 := counter(t, "deletion", podrunner.ResultSuccess), counter(t, "deletion", podrunner.ResultFailure)
+	if _, err := e.runner.Run(e.ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.runner.Run(e.ctx, bad); err == nil {
+		t.Fatal("bad succeeded")
+	}
+	if s, f := counter(t, "deletion", podrunner.ResultSuccess), counter(t, "deletion", podrunner.ResultFailure); s != s0+1 || f != f0+1 {
+		t.Errorf("success %v→%v, failure %v→%v", s0, s, f0, f)
+	}
+	h, err := testutil.GetHistogramVecFromGatherer(registry, "pav_pod_duration_seconds", map[string]string{"phase": "deletion"})
+	if err != nil || h.GetAggregatedSampleCount() < 2 {
+		t.Errorf("histogram %v err %v", h, err)
+	}
+}
