@@ -95,7 +95,9 @@ func TestValidationEvaluation(t *testing.T) {
 		{name: "templated fields ok", spec: "  volumeValidation:\n    volumeModes: \"{% set yaml = true %}[{{ requestedVolumeMode }}]\"\n    maxCapacity: \"{{ params.max }}\"\n",
 			check: func(c *ValidationConfig) bool { return c.VolumeModes[0] == "Block" && *c.MaxCapacity == 2<<30 }},
 		{name: "whole phase from yaml", spec: "  volumeValidation: \"{% set yaml = true %}{accessModes: [ReadWriteOncePod], minCapacity: {{ requestedMinCapacity }}}\"\n",
-			check: func(c *ValidationConfig) bool { return c.AccessModes[0] == "ReadWriteOncePod" && c.MinCapacity == 1<<30 }},
+			check: func(c *ValidationConfig) bool {
+				return c.AccessModes[0] == "ReadWriteOncePod" && c.MinCapacity == 1<<30
+			}},
 		{name: "null phase is absent", spec: "  volumeValidation: \"{% set yaml = true %}\"\n", check: func(c *ValidationConfig) bool { return c.MinCapacity == 1 }},
 		{name: "null field is absent", spec: "  volumeValidation: {maxCapacity: \"{% set yaml = true %}{{ '' }}\"}\n", check: func(c *ValidationConfig) bool { return c.MaxCapacity == nil }},
 		{name: "undefined variable", spec: "  volumeValidation: {maxCapacity: \"{{ params.nope }}\"}\n", wantErr: "spec.volumeValidation.maxCapacity"},
