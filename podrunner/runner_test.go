@@ -601,7 +601,7 @@ func TestConcurrentRuns(t *testing.T) {
 		var n int
 		fmt.Sscanf(key, "pvc-%d", &n)
 		if n%3 == 0 {
-			return fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: int32(n), Files: map[string]string{"error": key}}
+			return fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: int32(n + 1), Files: map[string]string{"error": key}}
 		}
 		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "h-" + key}, RunFor: time.Duration(n%5) * 10 * time.Millisecond}
 	}, envOpts{})
@@ -617,7 +617,7 @@ func TestConcurrentRuns(t *testing.T) {
 			res, err := e.runner.Run(e.ctx, creationOp(key))
 			switch {
 			case i%3 == 0:
-				if f, ok := podrunner.IsPodFailure(err); !ok || f.ErrorFile != key || f.ExitCodes["main"] != int32(i) {
+				if f, ok := podrunner.IsPodFailure(err); !ok || f.ErrorFile != key || f.ExitCodes["main"] != int32(i+1) {
 					errs <- fmt.Errorf("%s: err %v", key, err)
 				}
 			case err != nil || res.Files["handle"] != "h-"+key:

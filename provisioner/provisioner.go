@@ -110,7 +110,9 @@ func (w *Watch) Start(ctx context.Context) error {
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.update(ctx, obj) },
 		UpdateFunc: func(_, obj any) { w.update(ctx, obj) },
-		DeleteFunc: func(any) { w.set(nil, status.Errorf(codes.FailedPrecondition, "PavProvisioner %q was deleted", w.name)) },
+		DeleteFunc: func(any) {
+			w.set(nil, status.Errorf(codes.FailedPrecondition, "PavProvisioner %q was deleted", w.name))
+		},
 	})
 	if err != nil {
 		return err

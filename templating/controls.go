@@ -181,6 +181,28 @@ func (s *setControl) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) e
 	return nil
 }
 
+// ---- {% for %} ----
+
+// forControl runs gonja's for loop and then fails with the error, if any,
+// that a loop filter (`for x in xs if cond`) raised: gonja counts it as
+// false and carries on.
+type forControl struct {
+	*controlStructures.ForControlStructure
+}
+
+func (f *forControl) Execute(r *exec.Renderer, tag *nodes.ControlStructureBlock) error {
+	st := stateOfContext(r.Environment.Context)
+	if err := f.ForControlStructure.Execute(r, tag); err != nil {
+		return err
+	}
+	if st != nil && st.loopFilterErr != nil {
+		err := st.loopFilterErr
+		st.loopFilterErr = nil
+		return err
+	}
+	return nil
+}
+
 // ---- {% with %} ----
 
 type withControl struct {

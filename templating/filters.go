@@ -28,6 +28,8 @@ const (
 	fBool     = "pav:bool"
 	fIterable = "pav:iterable"
 	fFinalize = "pav:finalize"
+	fForCond  = "pav:forcond"
+	fPlain    = "pav:plain"
 )
 
 func strArg(va *exec.VarArgs, i int) string {
@@ -57,7 +59,9 @@ func filterVar(e *exec.Evaluator, _ *exec.Value, va *exec.VarArgs) *exec.Value {
 	name := strArg(va, 0)
 	v, ok := e.Environment.Context.Get(name)
 	if !ok {
-		return st.undefined(name)
+		if v, ok = globals.Get(name); !ok {
+			return st.undefined(name)
+		}
 	}
 	return exec.ToValue(v)
 }
@@ -1133,4 +1137,64 @@ func callScalarMethod(m methodFunc, obj *exec.Value, va *exec.VarArgs, name stri
 		}
 	}()
 	return m(obj, va)
+}
+
+// pav:forcond records an error raised by a for loop's filter condition (see
+// forControl) and stops the loop from using the item.
+func filterForCond(e *exec.Evaluator, in *exec.Value, _ *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		if st := stateOf(e); st.loopFilterErr == nil {
+			st.loopFilterErr = in.Interface().(error)
+		}
+		return exec.AsValue(false)
+	}
+	return in
+}
+
+var typeValuesList = reflect.TypeOf(exec.ValuesList{})
+
+// pav:plain turns list, tuple and dict literals into []any and maps, the
+// same shapes as context data. gonja's ValuesList and Dict have Go methods
+// (Swap, Keys, …) that gonja's own attribute lookup in filters such as
+// map(attribute=…) would expose.
+func filterPlain(e *exec.Evaluator, in *exec.Value, _ *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	rv := resolved(in)
+	switch {
+	case !rv.IsValid():
+	case rv.Type() == typeValuesList:
+		vl := rv.Interface().(exec.ValuesList)
+		out := make([]any, len(vl))
+		for i, v := range vl {
+			out[i] = v.Interface()
+		}
+		return exec.AsValue(out)
+	case rv.Type() == exec.TypeDict:
+		pairs := rv.Interface().(exec.Dict).Pairs
+		strKeys := true
+		for _, p := range pairs {
+			switch kindOf(p.Key) {
+			case kStr:
+			case kNone, kBool, kInt, kFloat:
+				strKeys = false
+			default:
+				return stateOf(e).failf("unhashable dict key of type '%s'", typeName(p.Key))
+			}
+		}
+		if strKeys {
+			out := make(map[string]any, len(pairs))
+			for _, p := range pairs {
+				out[resolved(p.Key).String()] = p.Value.Interface()
+			}
+			return exec.AsValue(out)
+		}
+		out := make(map[any]any, len(pairs))
+		for _, p := range pairs {
+			out[p.Key.Interface()] = p.Value.Interface()
+		}
+		return exec.AsValue(out)
+	}
+	return in
 }

@@ -121,10 +121,17 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 		text := strNode(c.ObjectEvaluator.Position(), exprText(c.ObjectEvaluator))
 		c.ObjectEvaluator = filtered(rw.expr(c.ObjectEvaluator), fIterable, text)
 		if c.IfCondition != nil {
-			c.IfCondition = rw.cond(c.IfCondition)
+			// gonja treats an error in a loop filter as false; pav:forcond
+			// (in its own chain, so that it sees the error) keeps it for
+			// forControl to return.
+			cond := rw.cond(c.IfCondition)
+			c.IfCondition = &nodes.FilteredExpression{Expression: cond, Filters: []*nodes.FilterCall{
+				{Token: cond.Position(), Name: fForCond, Kwargs: map[string]nodes.Expression{}},
+			}}
 		}
 		rw.wrapper(c.BodyWrapper)
 		rw.wrapper(c.EmptyWrapper)
+		block.ControlStructure = &forControl{c}
 	case *controlStructures.CallControlStructure:
 		if _, ok := c.Call.Func.(*nodes.Name); !ok {
 			rw.fail(c.Location, "{%% call %%} needs a macro name")
@@ -242,16 +249,16 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		return n
 	case *nodes.List:
 		rw.exprs(n.Val)
-		return n
+		return filtered(n, fPlain)
 	case *nodes.Tuple:
 		rw.exprs(n.Val)
-		return n
+		return filtered(n, fPlain)
 	case *nodes.Dict:
 		for _, p := range n.Pairs {
 			p.Key = rw.expr(p.Key)
 			p.Value = rw.expr(p.Value)
 		}
-		return n
+		return filtered(n, fPlain)
 	case *nodes.Name:
 		if n.Name.Val == "none" {
 			// Jinja's lowercase none, which gonja does not know.

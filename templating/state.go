@@ -33,6 +33,10 @@ type renderState struct {
 	// filter ..."), losing their type and cause; keeping them here lets the
 	// final error keep its cause (for errors.Is on a get_pvc failure).
 	errs []*evalError
+
+	// loopFilterErr is the first error raised by a for loop's filter
+	// condition (see forControl).
+	loopFilterErr error
 }
 
 func stateOf(e *exec.Evaluator) *renderState {

@@ -16,9 +16,9 @@ package templating
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,25 +89,45 @@ func (e *Error) Unwrap() error { return e.Err }
 // (callers treat it as absent). Values other than JSON-shaped ones are an
 // error.
 func (e *Engine) Evaluate(ctx context.Context, value any, path string, vars Vars) (any, error) {
-	return e.evaluate(ctx, value, path, vars, 0)
+	out, err := e.evaluate(ctx, value, vars, 0)
+	if err != nil {
+		return nil, &Error{Path: err.pathFrom(path), Err: err.err}
+	}
+	return out, nil
 }
 
-func (e *Engine) evaluate(ctx context.Context, value any, path string, vars Vars, depth int) (any, error) {
+// treeError is an error from evaluate with the path segments collected
+// while unwinding: the path is only built when there is an error, since
+// formatting paths for every field was a fifth of the cost of evaluating a
+// pod template.
+type treeError struct {
+	segs []pathSeg // innermost first
+	err  error
+}
+
+func (e *Engine) evaluate(ctx context.Context, value any, vars Vars, depth int) (any, *treeError) {
 	if depth > maxDepth {
-		return nil, &Error{Path: path, Err: fmt.Errorf("value is nested too deeply")}
+		return nil, &treeError{err: fmt.Errorf("value is nested too deeply")}
 	}
 	switch v := value.(type) {
 	case string:
+		if !isTemplate(v) {
+			if l := literal(v); l != v {
+				return l, nil
+			}
+			return value, nil // no new allocation for the common case
+		}
 		out, err := e.evaluateString(ctx, v, vars)
 		if err != nil {
-			return nil, &Error{Path: path, Err: err}
+			return nil, &treeError{err: err}
 		}
 		return out, nil
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, x := range v {
-			r, err := e.evaluate(ctx, x, joinKey(path, k), vars, depth+1)
+			r, err := e.evaluate(ctx, x, vars, depth+1)
 			if err != nil {
+				err.segs = append(err.segs, pathSeg{key: k, index: -1})
 				return nil, err
 			}
 			out[k] = r
@@ -116,17 +136,36 @@ func (e *Engine) evaluate(ctx context.Context, value any, path string, vars Vars
 	case []any:
 		out := make([]any, len(v))
 		for i, x := range v {
-			r, err := e.evaluate(ctx, x, path+"["+strconv.Itoa(i)+"]", vars, depth+1)
+			r, err := e.evaluate(ctx, x, vars, depth+1)
 			if err != nil {
+				err.segs = append(err.segs, pathSeg{index: i})
 				return nil, err
 			}
 			out[i] = r
 		}
 		return out, nil
-	case nil, bool, int, int32, int64, float32, float64:
+	case nil, bool, int, int32, int64, float32, float64, json.Number:
 		return v, nil
 	}
-	return nil, &Error{Path: path, Err: fmt.Errorf("unsupported value of type %T (expected JSON-shaped data)", value)}
+	return nil, &treeError{err: fmt.Errorf("unsupported value of type %T (expected JSON-shaped data)", value)}
+}
+
+type pathSeg struct {
+	key   string
+	index int // a list index, or -1 for a map key
+}
+
+// pathFrom builds the error's path below root.
+func (e *treeError) pathFrom(root string) string {
+	p := root
+	for i := len(e.segs) - 1; i >= 0; i-- {
+		if s := e.segs[i]; s.index >= 0 {
+			p += "[" + strconv.Itoa(s.index) + "]"
+		} else {
+			p = joinKey(p, s.key)
+		}
+	}
+	return p
 }
 
 // EvaluateString evaluates one template: a string, or, when the template
@@ -179,25 +218,34 @@ func check(value any, path string, depth int) error {
 				return err
 			}
 		}
-	case nil, bool, int, int32, int64, float32, float64:
+	case nil, bool, int, int32, int64, float32, float64, json.Number:
 	default:
 		return &Error{Path: path, Err: fmt.Errorf("unsupported value of type %T (expected JSON-shaped data)", value)}
 	}
 	return nil
 }
 
-var plainKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
-
 // joinKey appends a map key to a path: .key, or ["key"] when the key would
 // be ambiguous (annotation keys contain dots and slashes).
 func joinKey(path, key string) string {
-	if !plainKey.MatchString(key) {
+	if !isPlainKey(key) {
 		return path + "[" + strconv.Quote(key) + "]"
 	}
 	if path == "" {
 		return key
 	}
 	return path + "." + key
+}
+
+// isPlainKey reports whether key matches [A-Za-z_][A-Za-z0-9_-]*.
+func isPlainKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || i > 0 && ('0' <= c && c <= '9' || c == '-')) {
+			return false
+		}
+	}
+	return key != ""
 }
 
 // isTemplate reports whether s has any Jinja syntax. Strings without it
@@ -242,21 +290,20 @@ func (e *Engine) evaluateString(ctx context.Context, src string, vars Vars) (any
 
 // render executes a parsed template. It reports whether the template set
 // yaml = true at top level.
-func (e *Engine) render(ctx context.Context, tpl *exec.Template, vars Vars) (out string, isYAML bool, err error) {
+func (e *Engine) render(ctx context.Context, t *template, vars Vars) (out string, isYAML bool, err error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	st := &renderState{ctx: ctx, pvcs: e.opts.PVCs}
-	// Lookups go root → state → vars → globals: the template's own top-level
-	// variables, then get_pvc (which PaV let win over context variables),
-	// then vars, then the built-in functions. vars is wrapped, never written:
-	// set writes into the renderer's own context.
-	varsCtx := globals.Inherit()
-	varsCtx.Update(exec.NewContext(vars))
-	stateCtx := varsCtx.Inherit()
-	stateCtx.Set(stateKey, st)
-	stateCtx.Set("get_pvc", globalGetPVC)
-	root := stateCtx.Inherit()
+	// Lookups go root → vars → globals: the template's own top-level
+	// variables (and get_pvc, which PaV let win over context variables),
+	// then vars, then the built-in functions (pav:var falls back to them;
+	// chaining them under vars would mean copying vars on every render).
+	// vars is wrapped, never written: set writes into the renderer's own
+	// context.
+	root := exec.NewContext(vars).Inherit()
+	root.Set(stateKey, st)
+	root.Set("get_pvc", globalGetPVC)
 	env := &exec.Environment{
 		Filters:           filters,
 		Tests:             tests,
@@ -274,13 +321,16 @@ func (e *Engine) render(ctx context.Context, tpl *exec.Template, vars Vars) (out
 			err = newTemplateError("template error", fmt.Sprintf("internal error: %v", p), "", nil)
 		}
 	}()
-	r := exec.NewRenderer(env, &limitedWriter{w: &b}, renderConfig, noLoader{}, tpl)
+	r := exec.NewRenderer(env, &limitedWriter{w: &b}, renderConfig, noLoader{}, t.tpl)
 	if err := r.Execute(); err != nil {
 		return "", false, renderError(err, st)
 	}
 
 	// Only the template's own top-level variables count (as in PaV, which
 	// read them from the template module): copy the root context's own data.
+	if !t.mentionsYAML {
+		return b.String(), false, nil
+	}
 	own := exec.EmptyContext().Update(root)
 	if y, ok := own.Get("yaml"); ok {
 		yv := exec.ToValue(y)
@@ -311,7 +361,9 @@ var (
 	filters  = exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
 	tests    = exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests)
 	controls = exec.NewControlStructureSet(map[string]parser.ControlStructureParser{})
-	globals  = exec.NewContext(map[string]any{})
+	// globals are the built-in functions, looked up by pav:var when a name
+	// is not in the render's context.
+	globals = exec.NewContext(map[string]any{})
 
 	// Method calls never reach gonja (pav:method dispatches them), but its
 	// environment needs method sets; empty ones fail closed.
@@ -351,7 +403,7 @@ func init() {
 		fVar: filterVar, fUndef: filterUndef, fGetattr: filterGetattr, fGetitem: filterGetitem,
 		fMethod: filterMethod, fCallable: filterCallable, fBinop: filterBinop, fNot: filterNot,
 		fNeg: filterUnary(true), fPos: filterUnary(false), fBool: filterBool,
-		fIterable: filterIterable, fFinalize: filterFinalize,
+		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain,
 		"tobash": filterToBash, "tojson": filterToJSON, "default": filterDefault, "d": filterDefault,
 		"string": filterString, "reverse": filterReverse, "attr": filterAttr, "format": filterFormat,
 	} {
@@ -463,8 +515,16 @@ func (noLoader) Inherit(string) (loaders.Loader, error) {
 	return nil, fmt.Errorf("pav templates cannot load other templates")
 }
 
-type compiled struct {
+// template is a parsed and rewritten template.
+type template struct {
 	tpl *exec.Template
+	// mentionsYAML is false when the source cannot set yaml, which saves
+	// looking for it after rendering.
+	mentionsYAML bool
+}
+
+type compiled struct {
+	t   *template
 	err error
 }
 
@@ -474,13 +534,17 @@ const cacheSize = 2048
 
 var cache = newLRU(cacheSize)
 
-func compile(src string) (*exec.Template, error) {
+func compile(src string) (*template, error) {
 	if c, ok := cache.get(src); ok {
-		return c.tpl, c.err
+		return c.t, c.err
 	}
+	var t *template
 	tpl, err := parse(src)
-	cache.put(src, compiled{tpl, err})
-	return tpl, err
+	if err == nil {
+		t = &template{tpl: tpl, mentionsYAML: strings.Contains(src, "yaml")}
+	}
+	cache.put(src, compiled{t, err})
+	return t, err
 }
 
 func parse(src string) (tpl *exec.Template, err error) {

@@ -285,14 +285,9 @@ func pyFloat(f float64) string {
 		}
 		return "0.0"
 	}
-	exp := math.Floor(math.Log10(math.Abs(f)))
-	// Log10 can be off by one near powers of ten; the 'e' format is exact.
+	// The decimal exponent, from the shortest round-trip digits.
 	e := strconv.FormatFloat(f, 'e', -1, 64)
-	if i := strings.LastIndexByte(e, 'e'); i >= 0 {
-		if n, err := strconv.Atoi(e[i+1:]); err == nil {
-			exp = float64(n)
-		}
-	}
+	exp, _ := strconv.Atoi(e[strings.LastIndexByte(e, 'e')+1:])
 	if exp < -4 || exp >= 16 {
 		return e // Go and Python agree: 1e+16, 1.5e-07
 	}

@@ -14,8 +14,14 @@ import (
 // parseYAML parses a template's output when it set yaml = true. Empty output
 // is nil (PyYAML's safe_load of "" is None).
 func parseYAML(s string) (any, error) {
-	if strings.TrimSpace(s) == "" {
+	trimmed := strings.TrimSpace(s)
+	if trimmed == "" {
 		return nil, nil
+	}
+	// Fast path for the common `{{ x | tojson }}`: JSON is YAML, and
+	// encoding/json is an order of magnitude faster than the YAML parser.
+	if (trimmed[0] == '{' || trimmed[0] == '[') && json.Valid([]byte(trimmed)) {
+		return decodeJSON([]byte(trimmed))
 	}
 	// YAML → JSON, then decode with UseNumber so that integers beyond 2^53
 	// keep their exact value.
@@ -23,6 +29,10 @@ func parseYAML(s string) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the output is not valid YAML: %w", err)
 	}
+	return decodeJSON(j)
+}
+
+func decodeJSON(j []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(j))
 	dec.UseNumber()
 	var v any

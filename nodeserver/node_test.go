@@ -1,0 +1,409 @@
+package nodeserver
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/hostmount"
+	"github.com/pods-as-volumes/pav/phase"
+	"github.com/pods-as-volumes/pav/podrunner"
+	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
+	"github.com/pods-as-volumes/pav/provisioner"
+	"github.com/pods-as-volumes/pav/volume"
+)
+
+const node = "node-1"
+
+// env holds one node plugin on a fake cluster whose fake kubelet runs the phase
+// pods with per-test behaviour, counting pod creations per phase.
+type env struct {
+	t       *testing.T
+	dir     string
+	client  *fake.Clientset
+	kubelet *fakekubelet.Kubelet
+	srv     *Server
+	ctx     context.Context
+
+	mu      sync.Mutex
+	creates map[string]int
+}
+
+type podAction struct {
+	outcome fakekubelet.Outcome
+	onStart func(pavDir string) error
+}
+
+func newEnv(t *testing.T, spec string, actions map[v1alpha1.Phase]podAction) *env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("node server tests make real bind mounts and need root (CI runs as root)")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &env{t: t, dir: t.TempDir(), ctx: ctx, creates: map[string]int{}}
+	e.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		// Count pods that come into being; a create that meets an existing pod is
+		// adoption, not a second pod.
+		if _, err := e.client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), a.GetNamespace(), pod.Name); err == nil {
+			return false, nil, nil
+		}
+		e.mu.Lock()
+		e.creates[pod.Labels[podrunner.LabelPhase]]++
+		e.mu.Unlock()
+		return false, nil, nil
+	})
+	behaviour := func(pod *corev1.Pod) fakekubelet.Outcome {
+		return actions[v1alpha1.Phase(pod.Labels[podrunner.LabelPhase])].outcome
+	}
+	onStart := func(pod *corev1.Pod, dir string) error {
+		if f := actions[v1alpha1.Phase(pod.Labels[podrunner.LabelPhase])].onStart; f != nil {
+			return f(dir)
+		}
+		return nil
+	}
+	e.kubelet = fakekubelet.New(e.client, behaviour, fakekubelet.Options{Node: node, Dir: filepath.Join(e.dir, "pods"), OnStart: onStart})
+	if err := e.kubelet.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := provisioner.Load([]byte("metadata: {name: test}\nspec:\n" + spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := phase.Check(p); err != nil {
+		t.Fatal(err)
+	}
+	e.srv = e.newServer(p)
+	t.Cleanup(func() {
+		_ = hostmount.UnmountAll(e.dir)
+		cancel()
+		e.kubelet.Wait()
+	})
+	return e
+}
+
+// newServer is a fresh node plugin process (a driver restart) on the same cluster.
+func (e *env) newServer(p *v1alpha1.PavProvisioner) *Server {
+	runner := podrunner.New(podrunner.Config{Client: e.client, Provisioner: p.Name, NodeName: node, ReportImage: "pav:test", PodTimeout: 20 * time.Second})
+	if err := runner.Start(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return &Server{NodeID: node, StateDir: filepath.Join(e.dir, "state"), Source: provisioner.Static{P: p},
+		Eval: phase.NewEvaluator(nil), Pods: runner}
+}
+
+func (e *env) count(ph v1alpha1.Phase) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.creates[string(ph)]
+}
+
+func (e *env) stageReq(handle string, block bool) *csi.NodeStageVolumeRequest {
+	c := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
+	if block {
+		c.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+	}
+	return &csi.NodeStageVolumeRequest{VolumeId: handle, StagingTargetPath: filepath.Join(e.dir, "staging", handle),
+		VolumeCapability: c, VolumeContext: map[string]string{"color": "blue", volume.KeyCapacity: "1048576"}}
+}
+
+const (
+	stagingSpec   = "  provisioningModes: [Dynamic]\n  volumeCreation: {capacity: 1Mi}\n  volumeStaging: {podTemplate: {spec: {containers: [{name: s, image: b, command: [echo, \"{{ params.color }}\"]}]}}}\n"
+	unstagingSpec = "  volumeUnstaging: {podTemplate: {spec: {containers: [{name: u, image: b}]}}}\n"
+)
+
+func makeVolumeDir(content string) func(string) error {
+	return func(dir string) error {
+		if err := os.MkdirAll(filepath.Join(dir, "volume"), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "volume", "data"), []byte(content), 0o644)
+	}
+}
+
+func TestStageUnstageFilesystem(t *testing.T) {
+	var unstagingSawVolume bool
+	e := newEnv(t, stagingSpec+unstagingSpec, map[v1alpha1.Phase]podAction{
+		v1alpha1.PhaseStaging: {outcome: fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}, onStart: makeVolumeDir("hello")},
+		v1alpha1.PhaseUnstaging: {onStart: func(dir string) error {
+			_, err := os.Stat(filepath.Join(dir, "volume", "data"))
+			unstagingSawVolume = err == nil
+			return nil
+		}},
+	})
+	req := e.stageReq("vol-1", false)
+	if _, err := e.srv.NodeStageVolume(e.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.NodeStageVolume(e.ctx, req); err != nil {
+		t.Fatalf("repeated stage: %v", err)
+	}
+	if n := e.count(v1alpha1.PhaseStaging); n != 1 {
+		t.Fatalf("%d staging pods, want 1", n)
+	}
+	target := filepath.Join(e.dir, "pods-target", "a")
+	pub := &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: req.StagingTargetPath, TargetPath: target,
+		VolumeCapability: req.VolumeCapability, Readonly: true}
+	if _, err := e.srv.NodePublishVolume(e.ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "hello" {
+		t.Fatalf("published volume reads %q, %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "x"), nil, 0o644); err == nil {
+		t.Fatal("read-only publish is writable")
+	}
+	if _, err := e.srv.NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Fatalf("target path not removed: %v", err)
+	}
+	if _, err := e.srv.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: req.StagingTargetPath}); err != nil {
+		t.Fatal(err)
+	}
+	if !unstagingSawVolume {
+		t.Fatal("the unstaging pod must see the /pav directory the staging pod left")
+	}
+	if _, err := os.Stat(e.srv.volumeDir("vol-1")); !os.IsNotExist(err) {
+		t.Fatalf("volume directory left behind: %v", err)
+	}
+	pods, _ := e.client.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{})
+	if len(pods.Items) != 0 {
+		t.Fatalf("%d pods left behind", len(pods.Items))
+	}
+	if _, err := e.srv.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: req.StagingTargetPath}); err != nil {
+		t.Fatalf("unstaging an unstaged volume: %v", err)
+	}
+}
+
+func TestStageFailures(t *testing.T) {
+	symlinkOut := func(dir string) error { return os.Symlink("/etc", filepath.Join(dir, "volume")) }
+	regularFile := func(dir string) error { return os.WriteFile(filepath.Join(dir, "volume"), nil, 0o644) }
+	for _, tc := range []struct {
+		name          string
+		spec          string
+		staging       podAction
+		unstaging     podAction
+		block         bool
+		wantCode      codes.Code
+		wantMsg       string
+		wantUnstaging int
+	}{
+		{name: "staging pod fails: unstaging pod runs", spec: stagingSpec + unstagingSpec,
+			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "mount: permission denied"}}},
+			wantCode: codes.Internal, wantMsg: "mount: permission denied", wantUnstaging: 1},
+		{name: "staging and unstaging pods fail", spec: stagingSpec + unstagingSpec,
+			staging:   podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "first"}}},
+			unstaging: podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "second"}}},
+			wantCode:  codes.Internal, wantMsg: "unstaging it failed too", wantUnstaging: 1},
+		{name: "image pull failure fails fast", spec: stagingSpec,
+			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.ImagePullError, Reason: "ErrImagePull", Message: "not found"}},
+			wantCode: codes.Internal, wantMsg: "ErrImagePull"},
+		{name: "unschedulable", spec: stagingSpec,
+			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Unschedulable, Message: "0/1 nodes are available"}},
+			wantCode: codes.Internal, wantMsg: "Unschedulable"},
+		{name: "no /pav/volume", spec: stagingSpec + unstagingSpec,
+			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Succeed}},
+			wantCode: codes.Internal, wantMsg: "did not provide /pav/volume", wantUnstaging: 1},
+		{name: "/pav/volume escapes /pav", spec: stagingSpec + unstagingSpec,
+			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Succeed}, onStart: symlinkOut},
+			wantCode: codes.Internal, wantMsg: "outside /pav", wantUnstaging: 1},
+		{name: "/pav/volume a file for Filesystem", spec: stagingSpec,
+			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Succeed}, onStart: regularFile},
+			wantCode: codes.Internal, wantMsg: "must be a directory for a Filesystem volume, found a regular file"},
+		{name: "/pav/volume a directory for Block", spec: stagingSpec, block: true,
+			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Succeed}, onStart: makeVolumeDir("x")},
+			wantCode: codes.Internal, wantMsg: "must be a block special file"},
+		{name: "template error", spec: "  provisioningModes: [Dynamic]\n  volumeCreation: {capacity: 1Mi}\n  volumeStaging: {podTemplate: {spec: {containers: [{name: s, image: \"{{ nope }}\"}]}}}\n",
+			wantCode: codes.InvalidArgument, wantMsg: "spec.volumeStaging.podTemplate.spec.containers[0].image"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.spec, map[v1alpha1.Phase]podAction{v1alpha1.PhaseStaging: tc.staging, v1alpha1.PhaseUnstaging: tc.unstaging})
+			req := e.stageReq("vol-1", tc.block)
+			_, err := e.srv.NodeStageVolume(e.ctx, req)
+			if status.Code(err) != tc.wantCode || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("error = %v, want %v containing %q", err, tc.wantCode, tc.wantMsg)
+			}
+			if n := e.count(v1alpha1.PhaseUnstaging); n != tc.wantUnstaging {
+				t.Fatalf("%d unstaging pods, want %d", n, tc.wantUnstaging)
+			}
+			if mounted, _ := hostmount.IsMountPoint(req.StagingTargetPath); mounted {
+				t.Fatal("staging path mounted after a failed stage")
+			}
+		})
+	}
+}
+
+func TestDriverRestartAdoptsRunningStagingPod(t *testing.T) {
+	release := make(chan struct{})
+	e := newEnv(t, stagingSpec, map[v1alpha1.Phase]podAction{
+		v1alpha1.PhaseStaging: {outcome: fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}, onStart: func(dir string) error {
+			<-release // the pod takes its time to become ready
+			return makeVolumeDir("late")(dir)
+		}},
+	})
+	req := e.stageReq("vol-1", false)
+	ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := e.srv.NodeStageVolume(ctx, req); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("first call: %v, want DeadlineExceeded (kubelet retries)", err)
+	}
+	restarted := e.newServer(e.srv.Source.(provisioner.Static).P)
+	close(release)
+	if _, err := restarted.NodeStageVolume(e.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(v1alpha1.PhaseStaging); n != 1 {
+		t.Fatalf("%d staging pods after a restart, want 1 (adopted)", n)
+	}
+	if _, err := restarted.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: req.StagingTargetPath}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStaticVolumeNeedsStaticMode(t *testing.T) {
+	e := newEnv(t, stagingSpec, nil)
+	req := e.stageReq("static-1", false)
+	req.VolumeContext = map[string]string{"user": "attr"} // no pav keys: a static PV
+	if _, err := e.srv.NodeStageVolume(e.ctx, req); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "does not allow static provisioning") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func TestStaticValidation(t *testing.T) {
+	spec := "  provisioningModes: [Static]\n  volumeValidation: {accessModes: [ReadOnlyMany]}\n  volumeStaging: {podTemplate: {spec: {containers: [{name: s, image: b}]}}}\n"
+	e := newEnv(t, spec, map[v1alpha1.Phase]podAction{v1alpha1.PhaseStaging: {onStart: makeVolumeDir("x")}})
+	req := e.stageReq("static-1", false)
+	req.VolumeContext = map[string]string{}
+	if _, err := e.srv.NodeStageVolume(e.ctx, req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "access mode ReadWriteOnce is not supported") {
+		t.Fatalf("error = %v", err)
+	}
+	if n := e.count(v1alpha1.PhaseStaging); n != 0 {
+		t.Fatalf("staging ran %d times for an invalid static volume", n)
+	}
+}
+
+func TestArgumentErrors(t *testing.T) {
+	s := &Server{NodeID: node}
+	ctx := context.Background()
+	for name, call := range map[string]func() error{
+		"stage without id": func() error {
+			_, err := s.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{StagingTargetPath: "/x"})
+			return err
+		},
+		"stage without path": func() error { _, err := s.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "v"}); return err },
+		"stage without cap": func() error {
+			_, err := s.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: "/x"})
+			return err
+		},
+		"unstage without id": func() error {
+			_, err := s.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{StagingTargetPath: "/x"})
+			return err
+		},
+		"publish without target": func() error {
+			_, err := s.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "v", StagingTargetPath: "/x"})
+			return err
+		},
+		"unpublish without path": func() error {
+			_, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "v"})
+			return err
+		},
+	} {
+		if err := call(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+}
+
+// loopVolume makes /pav/volume a block special file for a loop device over a
+// sparse file of size bytes, as a privileged staging pod with losetup would.
+func loopVolume(t *testing.T, size int64) func(string) error {
+	return func(dir string) error {
+		img := filepath.Join(dir, "img")
+		if err := os.WriteFile(img, nil, 0o600); err != nil {
+			return err
+		}
+		if err := os.Truncate(img, size); err != nil {
+			return err
+		}
+		out, err := exec.Command("losetup", "--find", "--show", img).Output()
+		if err != nil {
+			return err
+		}
+		dev := strings.TrimSpace(string(out))
+		t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+		var st unix.Stat_t
+		if err := unix.Stat(dev, &st); err != nil {
+			return err
+		}
+		return unix.Mknod(filepath.Join(dir, "volume"), unix.S_IFBLK|0o600, int(st.Rdev))
+	}
+}
+
+func TestStageBlock(t *testing.T) {
+	if _, err := exec.LookPath("losetup"); err != nil {
+		t.Skip("needs losetup")
+	}
+	for _, tc := range []struct {
+		name    string
+		size    int64
+		wantMsg string
+	}{
+		{name: "size matches the capacity", size: 1 << 20},
+		{name: "size differs from the capacity", size: 2 << 20, wantMsg: "block device of 2097152 bytes, but the volume's capacity is 1048576 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, stagingSpec, map[v1alpha1.Phase]podAction{
+				v1alpha1.PhaseStaging: {outcome: fakekubelet.Outcome{Kind: fakekubelet.Succeed}, onStart: loopVolume(t, tc.size)},
+			})
+			req := e.stageReq("blk", true)
+			_, err := e.srv.NodeStageVolume(e.ctx, req)
+			if tc.wantMsg != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
+					t.Fatalf("error = %v, want %q", err, tc.wantMsg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			target := filepath.Join(e.dir, "publish", "dev")
+			if _, err := e.srv.NodePublishVolume(e.ctx, &csi.NodePublishVolumeRequest{VolumeId: "blk", StagingTargetPath: req.StagingTargetPath,
+				TargetPath: target, VolumeCapability: req.VolumeCapability}); err != nil {
+				t.Fatal(err)
+			}
+			if size, err := hostmount.BlockSize(target); err != nil || size != 1<<20 {
+				t.Fatalf("published device size %d, %v", size, err)
+			}
+			stats, err := e.srv.NodeGetVolumeStats(e.ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "blk", VolumePath: target})
+			if err != nil || stats.Usage[0].Total != 1<<20 {
+				t.Fatalf("stats = %v, %v", stats, err)
+			}
+			if _, err := e.srv.NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "blk", TargetPath: target}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.srv.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "blk", StagingTargetPath: req.StagingTargetPath}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
