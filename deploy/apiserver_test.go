@@ -52,16 +52,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/yaml"
 )
 
 // crdValidator validates custom resources of one CRD (first served version) the way
 // the apiserver does on create.
 type crdValidator struct {
-	crd        *apiextensionsv1.CustomResourceDefinition
-	internal   *apiextensionsinternal.CustomResourceDefinition
 	structural *structuralschema.Structural
-	gvk        schema.GroupVersionKind
 	validate   func(ctx context.Context, obj runtime.Object) field.ErrorList
 }
 
@@ -83,12 +81,12 @@ func loadCRD(manifest []byte) (*crdValidator, field.ErrorList, error) {
 	if len(internal.Spec.Versions) == 0 {
 		return nil, append(errs, field.Required(field.NewPath("spec", "versions"), "")), nil
 	}
-	version := internal.Spec.Versions[0].Name
-	validation, err := apiextensionsinternal.GetSchemaForVersion(internal, version)
+	versionName := internal.Spec.Versions[0].Name
+	validation, err := apiextensionsinternal.GetSchemaForVersion(internal, versionName)
 	if err != nil || validation == nil || validation.OpenAPIV3Schema == nil {
 		return nil, append(errs, field.Required(field.NewPath("spec", "versions").Index(0).Child("schema"), fmt.Sprint(err))), nil
 	}
-	subresources, err := apiextensionsinternal.GetSubresourcesForVersion(internal, version)
+	subresources, err := apiextensionsinternal.GetSubresourcesForVersion(internal, versionName)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -116,21 +114,10 @@ func loadCRD(manifest []byte) (*crdValidator, field.ErrorList, error) {
 	if subresources != nil {
 		status = subresources.Status
 	}
-	gvk := schema.GroupVersionKind{Group: internal.Spec.Group, Version: version, Kind: internal.Spec.Names.Kind}
+	gvk := schema.GroupVersionKind{Group: internal.Spec.Group, Version: versionName, Kind: internal.Spec.Names.Kind}
 	strategy := customresource.NewStrategy(fixedTyper{gvk}, internal.Spec.Scope == apiextensionsinternal.NamespaceScoped,
 		gvk, schemaValidator, statusValidator, ss, status, nil, nil)
-	return &crdValidator{crd: crd, internal: internal, structural: ss, gvk: gvk, validate: strategy.Validate}, nil, nil
-}
-
-// Validate runs a custom resource given as YAML through decoding and create
-// validation. Unknown fields are reported as errors, as with strict field
-// validation (fieldValidation=Strict, kubectl's default).
-func (v *crdValidator) Validate(obj []byte) field.ErrorList {
-	m, err := decodeObject(obj)
-	if err != nil {
-		return field.ErrorList{field.Invalid(nil, string(obj), err.Error())}
-	}
-	return v.ValidateObject(m)
+	return &crdValidator{structural: ss, validate: strategy.Validate}, nil, nil
 }
 
 // decodeObject decodes a YAML (or JSON) object as the apiserver decodes a JSON
@@ -148,7 +135,9 @@ func decodeObject(obj []byte) (map[string]any, error) {
 	return m, nil
 }
 
-// ValidateObject is Validate for an already decoded object (it is modified).
+// ValidateObject runs a decoded custom resource (see decodeObject; it is modified)
+// through decoding and create validation. Unknown fields are reported as errors, as
+// with strict field validation (fieldValidation=Strict, kubectl's default).
 func (v *crdValidator) ValidateObject(m map[string]any) field.ErrorList {
 	u := &unstructured.Unstructured{Object: m}
 	var errs field.ErrorList
@@ -226,11 +215,12 @@ func loadPolicy(manifests []byte) (*policyValidator, []error, error) {
 	}
 	spec := p.policy.Spec
 
-	// Compilation checks, as on policy creation.
+	// Compilation checks, as on policy creation, with the CEL libraries of the oldest
+	// supported Kubernetes version.
 	var errs []error
 	vars := plugincel.OptionalVariableDeclarations{HasParams: spec.ParamKind != nil, HasAuthorizer: true}
 	msgVars := plugincel.OptionalVariableDeclarations{HasParams: spec.ParamKind != nil}
-	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(minKubernetesVersion))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -309,6 +299,10 @@ func (p *policyValidator) Validate(gvr schema.GroupVersionResource, obj, oldObj 
 	return out
 }
 
+// minKubernetesVersion is the oldest Kubernetes the manifests support (admissionregistration.k8s.io/v1
+// ValidatingAdmissionPolicy is GA in 1.30): their CEL must only use the libraries it has.
+var minKubernetesVersion = version.MajorMinor(1, 30)
+
 // The apiserver's static CEL cost limits for CRDs.
 const (
 	staticEstimatedCostLimit    = crdvalidation.StaticEstimatedCostLimit
@@ -335,7 +329,7 @@ func celRuleCosts(t *testing.T, root *structuralschema.Structural) []ruleCost {
 		}
 		if len(s.XValidations) > 0 {
 			results, err := apiextensionscel.Compile(s, model.SchemaDeclType(s, isRoot), celconfig.PerCallLimit,
-				environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()), apiextensionscel.NewExpressionsEnvLoader())
+				environment.MustBaseEnvSet(minKubernetesVersion), apiextensionscel.NewExpressionsEnvLoader())
 			if err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}

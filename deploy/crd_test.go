@@ -595,7 +595,7 @@ var invalidObjects = []struct {
 	{"unknown field in volumeValidation", pav("x", static+`, volumeValidation: {volumeModes: [Block], minSize: 1Gi}}`), "policy", "spec.volumeValidation", "unknown field(s) minSize; volumeValidation may only hold volumeModes, accessModes, minCapacity, maxCapacity, podTemplate"},
 	{"misspelt field in volumeCreation", pav("x", `{provisioningModes: [Dynamic], volumeCreation: {capacity: 1Gi, podTemplat: {}}, `+staging+`}`), "policy", "spec.volumeCreation", "unknown field(s) podTemplat"},
 	{"unknown field in volumeStaging", pav("x", `{provisioningModes: [Static], volumeStaging: {podTemplate: {}, nodeSelector: {}}}`), "policy", "spec.volumeStaging", "unknown field(s) nodeSelector; volumeStaging may only hold podTemplate"},
-	{"pod template with apiVersion and kind (a whole Pod)", pav("x", `{provisioningModes: [Static], volumeStaging: {podTemplate: {apiVersion: v1, kind: Pod, spec: {}}}}`), "policy", "spec.volumeStaging.podTemplate", "unknown field(s) apiVersion, kind; a pod template may only hold metadata and spec"},
+	{"pod template with apiVersion and kind (a whole Pod)", pav("x", `{provisioningModes: [Static], volumeStaging: {podTemplate: {apiVersion: v1, kind: Pod, spec: {}}}}`), "policy", "spec.volumeStaging.podTemplate", "; a pod template may only hold metadata and spec"}, // the fields come in any order
 	{"pod template with status", pav("x", static+`, volumeUnstaging: {podTemplate: {spec: {}, status: {}}}}`), "policy", "spec.volumeUnstaging.podTemplate", "a pod template may only hold metadata and spec"},
 
 	// provisioning modes and phases

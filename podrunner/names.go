@@ -1,10 +1,3 @@
-// Package podrunner is the one place where every pav phase (validation, creation,
-// deletion, staging, unstaging) runs its pod: it builds the pod from the user's
-// evaluated template, creates it under a deterministic name (or adopts the one a
-// previous attempt left), waits for its outcome through a pod informer, reads the
-// files the pod left in /pav through a native "report" sidecar, and cleans up.
-//
-// See pav-spec.md §4 (the pod contract) for what a pod may do.
 package podrunner
 
 import (

@@ -166,6 +166,21 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 		}
 	}
 
+	// Our own sidecar failing to run means a broken report image (no pav
+	// binary, wrong architecture): the user's containers would never start, since
+	// a sidecar must start before the init containers after it. Fail now rather
+	// than at PodTimeout (or never, without one).
+	if report != nil && report.State.Waiting != nil &&
+		(report.State.Waiting.Reason == "CrashLoopBackOff" || report.State.Waiting.Reason == "RunContainerError") {
+		f := newFailure(op, pod)
+		f.Reason = report.State.Waiting.Reason
+		f.Message = fmt.Sprintf("the pav report sidecar (image %s) cannot run: %s", report.Image, report.State.Waiting.Message)
+		if t := report.LastTerminationState.Terminated; t != nil {
+			f.Message += fmt.Sprintf(" (last exit code %d: %s)", t.ExitCode, strings.TrimSpace(t.Message))
+		}
+		return verdict{done: true, failure: f}
+	}
+
 	if timedOut {
 		f := newFailure(op, pod)
 		f.Reason = ReasonTimeout

@@ -87,7 +87,11 @@ type Runner struct {
 // nothing polls.
 type waiter struct {
 	kick chan struct{}
-	gone map[types.UID]bool // UIDs the informer reported deleted (guarded by Runner.mu)
+	// gone holds the UIDs the informer reported deleted, with the pod's last
+	// known state (guarded by Runner.mu): a pod that finished and was deleted
+	// before this waiter looked (by a concurrent Run of the same operation, say)
+	// still has a result.
+	gone map[types.UID]*corev1.Pod
 }
 
 // New returns a Runner; call Start before Run.
@@ -135,23 +139,21 @@ func (r *Runner) Start(ctx context.Context) error {
 		return err
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { r.onEvent(obj, nil) },
+		AddFunc: func(obj any) { r.onEvent(obj, false) },
 		UpdateFunc: func(oldObj, newObj any) {
 			// A relist may replace a pod by a new one of the same name.
 			if o, ok := oldObj.(*corev1.Pod); ok {
 				if n, ok := newObj.(*corev1.Pod); ok && o.UID != n.UID {
-					r.onEvent(o, &o.UID)
+					r.onEvent(o, true)
 				}
 			}
-			r.onEvent(newObj, nil)
+			r.onEvent(newObj, false)
 		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok {
-				r.onEvent(p, &p.UID)
-			}
+			r.onEvent(obj, true)
 		},
 	}); err != nil {
 		return err
@@ -174,8 +176,8 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// onEvent pokes the waiters of a pod; deletedUID marks that UID gone.
-func (r *Runner) onEvent(obj any, deletedUID *types.UID) {
+// onEvent pokes the waiters of a pod; deleted marks the pod's UID gone.
+func (r *Runner) onEvent(obj any, deleted bool) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
@@ -183,8 +185,8 @@ func (r *Runner) onEvent(obj any, deletedUID *types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for w := range r.waiters[pod.Namespace+"/"+pod.Name] {
-		if deletedUID != nil {
-			w.gone[*deletedUID] = true
+		if deleted {
+			w.gone[pod.UID] = pod
 		}
 		select {
 		case w.kick <- struct{}{}:
@@ -209,7 +211,7 @@ func (r *Runner) watch(ns, name string) (*podWatch, error) {
 		return nil, ErrNotStarted
 	}
 	key := ns + "/" + name
-	w := &waiter{kick: make(chan struct{}, 1), gone: map[types.UID]bool{}}
+	w := &waiter{kick: make(chan struct{}, 1), gone: map[types.UID]*corev1.Pod{}}
 	if r.waiters[key] == nil {
 		r.waiters[key] = map[*waiter]struct{}{}
 	}
@@ -237,9 +239,16 @@ func (pw *podWatch) cached() *corev1.Pod {
 }
 
 func (pw *podWatch) isGone(uid types.UID) bool {
+	_, gone := pw.lastState(uid)
+	return gone
+}
+
+// lastState is the last known state of a pod the informer reported deleted.
+func (pw *podWatch) lastState(uid types.UID) (*corev1.Pod, bool) {
 	pw.r.mu.Lock()
 	defer pw.r.mu.Unlock()
-	return pw.w.gone[uid]
+	p, gone := pw.w.gone[uid]
+	return p, gone
 }
 
 // forget clears the gone marks: after we create a pod, an earlier deletion must
@@ -495,12 +504,23 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 				reportTimer = time.NewTimer(wait)
 				reportC = reportTimer.C
 			}
-		case pw.isGone(uid) || p != nil:
-			// Deleted, or replaced by another pod of the same name (the cache
-			// only moves forward, so a different UID is a newer pod).
+		case pw.isGone(uid):
+			// The informer reported it deleted (or replaced by a relist). If
+			// it had finished, its result stands (no update will come: stop
+			// waiting for the report). A pod merely absent from the cache is
+			// not enough: the informer updates its store before it calls the
+			// delete handler that records the last state, so wait for that.
+			if last, _ := pw.lastState(uid); last != nil && finished(last) {
+				if v := evaluate(op, last, true, timedOut, r.cfg.PodTimeout); v.done {
+					logger.V(2).Info("Pod finished and was deleted before we looked; using its last state")
+					return last, v, nil
+				}
+			}
 			return nil, verdict{}, fmt.Errorf("%w: %s pod %s/%s (uid %s)", ErrPodDeleted, op.Phase, pw.ns, pw.name, uid)
 		default:
-			// Just created or adopted from the API: the cache will catch up.
+			// Just created or adopted from the API and the cache has not
+			// caught up (it may even still show an older pod of that name),
+			// or just deleted and the handler has not run yet.
 		}
 		fired, err := pw.next(ctx, timeoutC, reportC)
 		if err != nil {
@@ -518,15 +538,21 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 
 // waitGone waits until the pod with this UID is gone (or replaced).
 func (r *Runner) waitGone(ctx context.Context, pw *podWatch, uid types.UID) error {
-	askedAPI := false
+	askedAPI, seen := false, false
 	for {
 		p := pw.cached()
 		switch {
-		case pw.isGone(uid) || (p != nil && p.UID != uid):
+		case pw.isGone(uid):
 			return nil
-		case p == nil && !askedAPI:
-			// Absent from the cache: either already gone, or not seen yet.
-			// One API read tells which; later, the informer's events will.
+		case p != nil && p.UID == uid:
+			seen = true
+		case seen:
+			// The cache had it and has moved on.
+			return nil
+		case !askedAPI:
+			// Not in the cache (or an older pod is): either already gone, or
+			// the cache lags. One API read tells which; after that, the
+			// informer's events will.
 			askedAPI = true
 			got, err := r.cfg.Client.CoreV1().Pods(pw.ns).Get(ctx, pw.name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) || (err == nil && got.UID != uid) {

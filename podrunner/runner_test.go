@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2/ktesting"
 
@@ -267,6 +269,14 @@ func TestRunOutcomes(t *testing.T) {
 		{"create container config error", fakekubelet.Outcome{Kind: fakekubelet.ImagePullError, Reason: "CreateContainerConfigError", Message: `secret "x" not found`},
 			nil, func(t *testing.T, res *podrunner.Result, err error) {
 				if f := mustFail(t, err); f.Reason != "CreateContainerConfigError" {
+					t.Errorf("failure %+v", f)
+				}
+			}},
+		{"report sidecar crash-loops", fakekubelet.Outcome{Kind: fakekubelet.ReportCrashLoop},
+			nil, func(t *testing.T, res *podrunner.Result, err error) {
+				f := mustFail(t, err)
+				if f.Reason != "CrashLoopBackOff" || !strings.Contains(f.Message, "report sidecar (image registry/pav:test) cannot run") ||
+					!strings.Contains(f.Message, "executable file not found") {
 					t.Errorf("failure %+v", f)
 				}
 			}},
@@ -693,4 +703,19 @@ func TestMetrics(t *testing.T) {
 	if err != nil || h.GetAggregatedSampleCount() < 2 {
 		t.Errorf("histogram %v err %v", h, err)
 	}
+	// The same metrics can also go to the legacy registry the driver serves.
+	podrunner.RegisterLegacyMetrics()
+	podrunner.RegisterLegacyMetrics()
+	if got, err := legacyregistry.DefaultGatherer.Gather(); err != nil || !hasFamily(got, "pav_pod_operations_total") {
+		t.Errorf("legacy registry: %v", err)
+	}
+}
+
+func hasFamily(fams []*dto.MetricFamily, name string) bool {
+	for _, f := range fams {
+		if f.GetName() == name {
+			return true
+		}
+	}
+	return false
 }

@@ -60,13 +60,13 @@ var reservedNames = map[string]bool{"true": true, "false": true, "none": true, "
 func parseSet(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
 	s := &setControl{location: args.Current()}
 	first := args.Match(tokens.Name)
-	if first == nil || reservedNames[first.Val] {
+	if first == nil || reservedNames[first.Val] || !isIdentifier(first.Val) {
 		return nil, args.Error("expected a variable name to assign to", args.Current())
 	}
 	s.names = []string{first.Val}
 	if args.Match(tokens.Dot) != nil {
 		attr := args.Match(tokens.Name)
-		if attr == nil {
+		if attr == nil || !isIdentifier(attr.Val) {
 			return nil, args.Error("expected an attribute name", args.Current())
 		}
 		s.nsAttr = attr.Val
@@ -74,7 +74,7 @@ func parseSet(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, er
 	} else {
 		for args.Match(tokens.Comma) != nil {
 			n := args.Match(tokens.Name)
-			if n == nil || reservedNames[n.Val] {
+			if n == nil || reservedNames[n.Val] || !isIdentifier(n.Val) {
 				return nil, args.Error("expected a variable name to assign to", args.Current())
 			}
 			s.names = append(s.names, n.Val)
@@ -219,7 +219,7 @@ func parseWith(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, e
 	w := &withControl{location: args.Current()}
 	for !args.End() {
 		name := args.Match(tokens.Name)
-		if name == nil || reservedNames[name.Val] {
+		if name == nil || reservedNames[name.Val] || !isIdentifier(name.Val) {
 			return nil, args.Error("expected a variable name", args.Current())
 		}
 		if args.Match(tokens.Assign) == nil {

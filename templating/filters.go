@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	controlStructures "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
@@ -136,11 +137,29 @@ var (
 	unsafeListMethods = map[string]bool{"append": true, "extend": true, "insert": true, "pop": true, "remove": true, "reverse": true, "sort": true, "clear": true, "__setitem__": true, "__delitem__": true}
 )
 
-// getAttr is attribute access. Only data is reachable: map entries, the
-// namespace's attributes, loop's fields, and bound methods of str/int/float/
+// getAttr is attribute access (getItem is tried after it). Only data is
+// reachable: the namespace's attributes, loop's fields, and bound methods of str/int/float/
 // bool/dict/list. Go struct fields and Go methods are never exposed (gonja's
 // own GetAttribute would call reflect's MethodByName on any value).
 func getAttr(obj *exec.Value, name string) (*exec.Value, bool) {
+	if li, ok := obj.Interface().(*controlStructures.LoopInfos); ok {
+		switch name {
+		case "depth", "depth0":
+			// gonja counts nesting; Jinja's depth is the recursion level
+			// of a recursive loop, and gonja's LoopInfos is never one.
+			return exec.AsValue(int64(map[string]int{"depth": 1, "depth0": 0}[name])), true
+		case "previtem", "nextitem":
+			// Jinja leaves them undefined at the ends; gonja sets None.
+			if end, _ := li.GetAttribute(map[string]string{"previtem": "first", "nextitem": "last"}[name]); truthy(end) {
+				return nil, false
+			}
+		}
+	}
+	if g, ok := obj.Interface().(exec.AttributeGetter); ok {
+		// loop, cycler() and groupby's groups expose their fields this way
+		// (groups are lists too, hence before the switch).
+		return g.GetAttribute(name)
+	}
 	switch kindOf(obj) {
 	case kNone, kUndefined:
 		return nil, false
@@ -163,10 +182,6 @@ func getAttr(obj *exec.Value, name string) (*exec.Value, bool) {
 			return boundMethod(obj, name), true
 		}
 		return nil, false
-	}
-	if g, ok := obj.Interface().(exec.AttributeGetter); ok {
-		// loop (and groupby's groups) expose their fields this way.
-		return g.GetAttribute(name)
 	}
 	return nil, false
 }
@@ -212,6 +227,11 @@ type methodFunc func(self *exec.Value, va *exec.VarArgs) (any, error)
 func scalarMethod(obj *exec.Value, name string) methodFunc {
 	switch kindOf(obj) {
 	case kStr:
+		if m, ok := pyStrMethods[name]; ok {
+			return func(self *exec.Value, va *exec.VarArgs) (any, error) {
+				return m(resolved(self).String(), va)
+			}
+		}
 		if m, ok := methodsStr.Get(name); ok {
 			return func(self *exec.Value, va *exec.VarArgs) (any, error) {
 				if sizeMethods[name] {

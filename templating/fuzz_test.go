@@ -97,6 +97,9 @@ func FuzzEvaluateString(f *testing.F) {
 		"{{ 2 ** 64 }}", "{{ -a // 0 }}", "{{ s.split(' ') }}", "{{ f.is_integer() }}", "{{ {'a': [1, 2.5, none]} | tojson }}",
 		"{{ get_pvc('a', 'b') }}", "{% set x %}{{ a }}{% endset %}{{ x }}", "{{ l | map('string') | join(',') }}",
 		"{{ s | center(5) }}", "{{ l | batch(2) | list }}", "{{ m | dictsort }}", "{{ l | groupby('x') }}", "{{ cycler(1,2).next() }}",
+		"{% set yaml = true %}a: &x [1, on]\nb: *x\nc: {<<: {d: 012}}", "{{ ' a b '.split() }}{{ s.rsplit(' ', 1) }}", "{{ l | min }}",
+		"{% macro f() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ f(1, k=2) }}", "{% for x in l if x %}{{ loop.previtem }}{% endfor %}",
+		"{{ 2.5 | round }}{{ s | wordcount }}{{ m | urlencode }}{{ l | join(attribute='x') }}", "{{ 'a' ~ undefined_name ~ none }}",
 	} {
 		f.Add(s)
 	}

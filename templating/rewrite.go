@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	controlStructures "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
 	"github.com/nikolalohinski/gonja/v2/exec"
@@ -39,12 +40,13 @@ type rewriter struct {
 	err      error
 	wrappers map[*nodes.Wrapper]bool
 	depth    int
+	names    map[string]bool // names referenced (for macros' varargs/kwargs)
 }
 
 // maxNesting bounds expression and block nesting. The parser and this pass
 // recurse; a pathological template ("((((…" a million times) would otherwise
 // overflow the goroutine stack, which is fatal to the whole process.
-const maxNesting = 200
+const maxNesting = 1000
 
 func (rw *rewriter) fail(tok *tokens.Token, format string, args ...any) {
 	if rw.err != nil {
@@ -118,6 +120,9 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 			rw.wrapper(w)
 		}
 	case *controlStructures.ForControlStructure:
+		if !rw.ident(block.Location, c.Key) || (c.Value != "" && !rw.ident(block.Location, c.Value)) {
+			return
+		}
 		text := strNode(c.ObjectEvaluator.Position(), exprText(c.ObjectEvaluator))
 		c.ObjectEvaluator = filtered(rw.expr(c.ObjectEvaluator), fIterable, text)
 		if c.IfCondition != nil {
@@ -166,7 +171,13 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 		rw.filterCalls(c.filters)
 		rw.wrapper(c.body)
 	case *macroControl:
+		if !rw.ident(c.macro.Location, c.macro.Name) {
+			return
+		}
 		for _, kw := range c.macro.Kwargs {
+			if !rw.ident(kw.Key.Position(), kw.Key.Position().Val) {
+				return
+			}
 			if _, missing := kw.Value.(*nodes.Error); missing {
 				// A parameter the caller did not pass is Undefined in Jinja
 				// (gonja's strict mode makes the whole call fail).
@@ -176,7 +187,23 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 				kw.Value = rw.expr(kw.Value)
 			}
 		}
+		// A Jinja macro takes extra positional and keyword arguments when
+		// its body uses varargs or kwargs; gonja needs *args/**kwargs.
+		outer := rw.names
+		rw.names = map[string]bool{}
 		rw.wrapper(c.macro.Wrapper)
+		if rw.names["varargs"] && c.macro.VarArgsName == "" {
+			c.macro.VarArgsName = "varargs"
+		}
+		if rw.names["kwargs"] && c.macro.KwArgsName == "" {
+			c.macro.KwArgsName = "kwargs"
+		}
+		if outer != nil {
+			for n := range rw.names {
+				outer[n] = true
+			}
+		}
+		rw.names = outer
 	default:
 		rw.fail(block.Location, "unsupported tag '%s'", block.Name)
 	}
@@ -201,8 +228,30 @@ func (rw *rewriter) exprs(es []nodes.Expression) {
 
 func (rw *rewriter) kwargs(kw map[string]nodes.Expression) {
 	for k, v := range kw {
+		if !rw.ident(v.Position(), k) {
+			return
+		}
 		kw[k] = rw.expr(v)
 	}
+}
+
+// ident checks a name as Jinja's lexer does (a Python identifier); gonja's
+// lexer also accepts names such as "0A" or "#x".
+func (rw *rewriter) ident(tok *tokens.Token, name string) bool {
+	if !isIdentifier(name) {
+		rw.fail(tok, "invalid name '%s'", name)
+		return false
+	}
+	return true
+}
+
+func isIdentifier(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || unicode.IsLetter(r) || i > 0 && (unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Mc, r))) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func (rw *rewriter) filterCalls(fcs []*nodes.FilterCall) {
@@ -260,13 +309,22 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		}
 		return filtered(n, fPlain)
 	case *nodes.Name:
+		if !rw.ident(n.Name, n.Name.Val) {
+			return n
+		}
 		if n.Name.Val == "none" {
 			// Jinja's lowercase none, which gonja does not know.
 			return &nodes.None{Location: n.Name}
 		}
+		if rw.names != nil {
+			rw.names[n.Name.Val] = true
+		}
 		return filtered(&nodes.None{Location: n.Name}, fVar, strNode(n.Name, n.Name.Val))
 	case *nodes.GetAttribute:
 		var key nodes.Expression
+		if n.Attribute != "" && !rw.ident(n.Location, n.Attribute) {
+			return n
+		}
 		if n.Attribute != "" {
 			key = strNode(n.Location, n.Attribute)
 		} else {

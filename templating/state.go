@@ -104,6 +104,7 @@ func undefinedError(text string) error {
 var (
 	lineRE        = regexp.MustCompile(`at line (\d+)`)
 	controlPrefix = regexp.MustCompile(`Unable to parse controlStructure "[^"]*": `)
+	errorToken    = regexp.MustCompile(`<Token\[Error\] Val='([^']*)'[^>]*>`)
 )
 
 // renderError turns the error gonja returned from a render into pav's
@@ -143,15 +144,18 @@ func syntaxError(err error) error {
 	if u := errors.Unwrap(err); u != nil && strings.HasPrefix(err.Error(), "failed to parse template") {
 		err = u
 	}
-	msg := controlPrefix.ReplaceAllString(err.Error(), "")
+	msg := err.Error()
 	line := ""
 	var se *parser.SyntaxError
 	if errors.As(err, &se) {
+		// Its own position suffix is replaced by pav's "(line N)".
 		msg = strings.Replace(msg, se.Error(), se.Message, 1)
 		if se.Line > 0 {
 			line = strconv.Itoa(se.Line)
 		}
 	}
+	msg = controlPrefix.ReplaceAllString(msg, "")
+	msg = errorToken.ReplaceAllString(msg, "$1")
 	return newTemplateError("template syntax error", msg, line, nil)
 }
 

@@ -406,6 +406,8 @@ func init() {
 		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain,
 		"tobash": filterToBash, "tojson": filterToJSON, "default": filterDefault, "d": filterDefault,
 		"string": filterString, "reverse": filterReverse, "attr": filterAttr, "format": filterFormat,
+		"wordcount": filterWordcount, "center": filterCenter, "urlencode": filterURLEncode, "round": filterRound,
+		"min": filterMinMax(false), "max": filterMinMax(true), "join": filterJoin, "pprint": filterPprint,
 	} {
 		set(name, f)
 	}
@@ -433,7 +435,7 @@ func init() {
 		_ = controls.Register(name, refuse(name))
 	}
 
-	for name, limit := range map[string]int64{"center": maxStringBytes, "indent": 1000, "wordwrap": maxStringBytes,
+	for name, limit := range map[string]int64{"indent": 1000, "wordwrap": maxStringBytes,
 		"truncate": maxStringBytes, "batch": maxRange, "slice": maxRange} {
 		f, _ := filters.Get(name)
 		set(name, guardSizes(name, limit, f))
@@ -471,6 +473,9 @@ var gonjaFilters = []string{
 	"urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
 }
 
+// safeFilter wraps a gonja filter: a panic becomes an error naming the
+// filter, and so does an error value that the filter collected into a list
+// (map('nosuchfilter') returns a list of errors).
 func safeFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 	return func(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) (out *exec.Value) {
 		defer func() {
@@ -478,7 +483,15 @@ func safeFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 				out = stateOf(e).failf("filter '%s' cannot handle this input (%v)", name, p)
 			}
 		}()
-		return f(e, in, va)
+		out = f(e, in, va)
+		if !out.IsError() && kindOf(out) == kList {
+			for _, x := range listItems(out) {
+				if x.IsError() {
+					return x
+				}
+			}
+		}
+		return out
 	}
 }
 

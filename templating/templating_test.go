@@ -148,6 +148,7 @@ var evalCases = []struct {
 	{"index out of range is undefined", "{{ pvc.spec.accessModes[5] is defined }}", "False", ""},
 	{"item with dots", "{{ pvc.metadata.labels['example.com/tier'] }}", "gold", ""},
 	{"string methods", "{{ pvc.metadata.name.upper() }} {{ s.split(' ') | tojson }} {{ '{}-{}'.format('a', 1) }}", `CLAIM ["x", "y"] a-1`, ""},
+	{"python string methods", "{{ ' a  b '.split() | join('|') }} {{ 'a,b,c'.rsplit(',', 1) | join('|') }} {{ 'aaa'.replace('a', 'b', 2) }} {{ 'abc'.center(6, '*') }} {{ 'αβγ'.index('γ') }}", "a|b a,b|c bba *abc** 2", ""},
 	{"dict methods", "{{ params.items() | list | tojson }} {{ params.get('x', 'd') }} {{ params.keys() | join }}", `[["mode", "fast"]] d mode`, ""},
 	{"dict method names win over keys", "{{ {'items': 1}.items is defined }} {{ {'items': 1}['items'] }}", "True 1", ""},
 	{"filters", "{{ pvc.spec.accessModes | join(',') | lower }} {{ [3, 1, 2] | sort | join }} {{ [3, 1, 2] | reverse | join }}", "readwriteonce,readonlymany 123 213", ""},
@@ -162,6 +163,10 @@ var evalCases = []struct {
 	{"dict literal with int keys", "{{ {1: 'a'}[1] }}{{ {1: 'a', 2: none} | tojson }}", `a{"1": "a", "2": null}`, ""},
 	{"macro", "{% macro q(x, y='d') %}[{{ x }}{{ y }}]{% endmacro %}{{ q(1) }}{{ q(2, y='e') }}", "[1d][2e]", ""},
 	{"macro missing parameter", "{% macro q(x) %}{{ x }}{% endmacro %}{{ q() }}", nil, "'x' is undefined"},
+	{"macro varargs and kwargs", "{% macro q(x) %}{{ x }}{{ varargs | join }}{{ kwargs | tojson }}{% endmacro %}{{ q(1, 2, 3, k='v') }}", `123{"k": "v"}`, ""},
+	{"macro extra argument", "{% macro q(x) %}{{ x }}{% endmacro %}{{ q(1, 2) }}", nil, "expected only 1"},
+	{"caller", "{% macro q() %}<{{ caller() }}>{% endmacro %}{% call q() %}body{% endcall %}", "<body>", ""},
+	{"loop ends", "{% for x in [1, 2] %}{{ loop.previtem is defined }}{{ loop.nextitem is defined }}{{ loop.depth }}{% endfor %}", "FalseTrue1TrueFalse1", ""},
 	{"macro missing parameter tested", "{% macro q(x) %}{{ x is defined }}{% endmacro %}{{ q() }}", "False", ""},
 	{"recursive macro is bounded", "{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}", nil, "maximum recursion depth"},
 	{"with", "{% with q = a + 1 %}{{ q }}{% endwith %}{{ q is defined }}", "3False", ""},
@@ -216,14 +221,24 @@ var evalCases = []struct {
 	{"yaml bad", "{% set yaml = true %}a: [", nil, "not valid YAML"},
 	{"yaml float", "{% set yaml = true %}1.5", 1.5, ""},
 	{"yaml big integer", "{% set yaml = true %}9007199254740993", int64(9007199254740993), ""},
+	// PyYAML's YAML 1.1 scalars, as PaV parsed them
+	{"yaml 1.1 scalars", "{% set yaml = true %}[y, n, yes, No, on, OFF, 012, 0o12, 0x1F, 1_000, 1e3, 1.5e+3, 1.0, ~, '1', 2020-01-02, 08]",
+		[]any{"y", "n", true, false, true, false, int64(10), "0o12", int64(31), int64(1000), "1e3", int64(1500), int64(1), nil, "1", "2020-01-02", "08"}, ""},
+	{"yaml tojson exponent", "{% set yaml = true %}{{ 1e16 | tojson }}", "1e+16", ""},
+	{"yaml merge keys", "{% set yaml = true %}base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3", map[string]any{"base": map[string]any{"x": int64(1), "y": int64(2)}, "c": map[string]any{"x": int64(1), "y": int64(3)}}, ""},
+	{"yaml scalar keys", "{% set yaml = true %}{1: a, false: b, null: c}", map[string]any{"1": "a", "false": "b", "null": "c"}, ""},
+	{"yaml duplicate keys", "{% set yaml = true %}{a: 1, a: 2}", map[string]any{"a": int64(2)}, ""},
+	{"yaml two documents", "{% set yaml = true %}a: 1\n---\nb: 2", nil, "expected a single document"},
+	{"yaml alias bomb", "{% set yaml = true %}a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]", nil, "too large"},
+	{"yaml unknown tag", "{% set yaml = true %}!!python/object:os.system x", nil, "not supported"},
 
 	// errors
 	{"unknown filter at parse time", "{% if false %}{{ 1 | nosuch }}{% endif %}", nil, "syntax error: no filter named 'nosuch'"},
 	{"unknown test at parse time", "{% if false %}{{ 1 is nosuch }}{% endif %}", nil, "syntax error: no test named 'nosuch'"},
 	{"unknown tag", "{% do x %}", nil, "syntax error"},
 	{"error line", "a\nb\n{% if true %}\n{{ abc }}\n{% endif %}", nil, "'abc' is undefined (line 4)"},
-	{"deep nesting", "{{ " + strings.Repeat("(", 1000) + "1" + strings.Repeat(")", 1000) + " }}", nil, "nested too deeply"},
-	{"deep blocks", strings.Repeat("{% if true %}", 1000) + strings.Repeat("{% endif %}", 1000), nil, "nested too deeply"},
+	{"deep nesting", "{{ " + strings.Repeat("(", 2000) + "1" + strings.Repeat(")", 2000) + " }}", nil, "nested too deeply"},
+	{"deep blocks", strings.Repeat("{% if true %}", 2000) + strings.Repeat("{% endif %}", 2000), nil, "nested too deeply"},
 	{"output limit", "{% for i in range(100000) %}{{ 'x' * 1000000 }}{% endfor %}", nil, "exceeds"},
 	{"lipsum bounded", "{{ lipsum(100000) }}", nil, "too large"},
 	{"center bounded", "{{ 'x' | center(1000000000) }}", nil, "too large"},
@@ -539,6 +554,7 @@ func TestConcurrentUse(t *testing.T) {
 		"a": "{% set yaml = true %}{{ x | tojson }}",
 		"b": []any{"{{ x.n + i }}", "{{ get_pvc('c', 'ns').metadata.name }}", "{% for k in x.l %}{{ k }}{% endfor %}"},
 		"c": "{% set ns = namespace(v=0) %}{% for k in x.l %}{% set ns.v = ns.v + k %}{% endfor %}{{ ns.v }}",
+		"d": "{% macro m(v) %}[{{ v }}]{% endmacro %}{% with y = x.n %}{{ m(y) }}{% endwith %}{% filter upper %}a{% endfilter %}{{ x.l | map('string') | join }}",
 	}
 	shared := map[string]any{"n": int64(10), "l": []any{int64(1), int64(2)}}
 	var wg sync.WaitGroup
@@ -556,6 +572,7 @@ func TestConcurrentUse(t *testing.T) {
 					"a": map[string]any{"n": int64(10), "l": []any{int64(1), int64(2)}},
 					"b": []any{fmt.Sprint(10 + i), "c", "12"},
 					"c": "3",
+					"d": "[10]A12",
 				}
 				if !reflect.DeepEqual(out, want) {
 					t.Errorf("goroutine %d: got %#v", g, out)

@@ -506,11 +506,13 @@ func binaryOp(op string, a, b *exec.Value, aText, bText string) (*exec.Value, er
 	case "!=":
 		return exec.AsValue(!equal(a, b)), nil
 	}
-	if isUndefined(a) {
-		return nil, undefinedError(aText)
-	}
-	if isUndefined(b) && op != "~" {
-		return nil, undefinedError(bText)
+	if op != "~" { // Undefined concatenates as "", as in Jinja
+		if isUndefined(a) {
+			return nil, undefinedError(aText)
+		}
+		if isUndefined(b) {
+			return nil, undefinedError(bText)
+		}
 	}
 	switch op {
 	case "~":

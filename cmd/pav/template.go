@@ -55,11 +55,11 @@ func evalTemplateDoc(ctx context.Context, input, varsFile string, stdin io.Reade
 		if err != nil {
 			return nil, fmt.Errorf("--vars: %w", err)
 		}
-		var v any
-		if err := yaml.Unmarshal(b, &v); err != nil {
+		v, err := templating.ParseYAML(string(b))
+		if err != nil {
 			return nil, fmt.Errorf("--vars %s is not YAML: %w", varsFile, err)
 		}
-		switch m := templating.Normalize(v).(type) {
+		switch m := v.(type) {
 		case map[string]any:
 			vars = m
 		case nil:

@@ -59,6 +59,9 @@ const (
 	ImagePullError
 	// Hang: the pod is scheduled but stays Pending (say, a volume never mounts).
 	Hang
+	// ReportCrashLoop: the report sidecar cannot run (a report image without
+	// the pav binary) and crash-loops; the pod stays Pending.
+	ReportCrashLoop
 )
 
 // Outcome is what one pod does.
@@ -445,6 +448,19 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	case Hang:
 		pending()
 		return
+	case ReportCrashLoop:
+		k.mutate(st, func(p *corev1.Pod) {
+			for i := range p.Status.InitContainerStatuses {
+				s := &p.Status.InitContainerStatuses[i]
+				if s.Name == podrunner.ReportContainer {
+					s.State = waiting("CrashLoopBackOff", "back-off 10s restarting failed container="+s.Name)
+					s.LastTerminationState = terminated(127, "Error", `exec: "pav": executable file not found in $PATH`)
+					s.RestartCount = 1
+				}
+			}
+		})
+		pending()
+		return
 	}
 
 	dir, err := k.pavDir(pod)
@@ -583,7 +599,12 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 		p.Status.Phase = phase
 	})
 	if deleted {
-		if _, ok := wait(k.opts.DeletionDelay); ok {
+		// Terminating: the pod stays (with its deletionTimestamp) a while.
+		t := time.NewTimer(k.opts.DeletionDelay)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
 			k.remove(st)
 		}
 		return
