@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -14,11 +15,14 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/phase"
 	"github.com/pods-as-volumes/pav/podrunner"
+	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
 	"github.com/pods-as-volumes/pav/provisioner"
 	"github.com/pods-as-volumes/pav/volume"
 )
@@ -412,5 +416,58 @@ func TestValidateVolumeCapabilities(t *testing.T) {
 	}
 	if _, err := s.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "x", VolumeCapabilities: capReq(rwo)}); status.Code(err) != codes.NotFound {
 		t.Fatalf("unknown volume: %v", err)
+	}
+}
+
+// TestDriverRestartAdoptsCreationPod: external-provisioner's CreateVolume times
+// out while the creation pod runs, the driver restarts, and the retry finds and
+// finishes the same pod — one creation pod in all.
+func TestDriverRestartAdoptsCreationPod(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	var mu sync.Mutex
+	creations := 0
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		if _, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), a.GetNamespace(), pod.Name); err == nil {
+			return false, nil, nil // adoption, not a new pod
+		}
+		mu.Lock()
+		creations++
+		mu.Unlock()
+		return false, nil, nil
+	})
+	kubelet := fakekubelet.New(client, func(*corev1.Pod) fakekubelet.Outcome {
+		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, RunFor: time.Second, Files: map[string]string{"handle": "backend-42", "capacity": "1Gi"}}
+	}, fakekubelet.Options{})
+	if err := kubelet.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); kubelet.Wait() }()
+	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
+	newServer := func() *Server {
+		r := podrunner.New(podrunner.Config{Client: client, Provisioner: p.Name, ReportImage: "pav:test"})
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: r}
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	if _, err := newServer().CreateVolume(short, createReq("v1", 1, 0)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("first call: %v, want DeadlineExceeded", err)
+	}
+	resp, err := newServer().CreateVolume(ctx, createReq("v1", 1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Volume.VolumeId != "backend-42" || resp.Volume.CapacityBytes != 1<<30 {
+		t.Fatalf("volume %s/%d", resp.Volume.VolumeId, resp.Volume.CapacityBytes)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if creations != 1 {
+		t.Fatalf("%d creation pods, want 1", creations)
 	}
 }

@@ -1,5 +1,5 @@
-"""Reference evaluator: PaV 0.1.1's templating (image/pav/shared/templating.py),
-without async and the API client. Reads JSON lines {"tmpl": str, "vars": obj}
+"""Reference evaluator (test oracle), adapted from PaV 0.1.1 (MIT, Alberto Faria),
+image/pav/shared/templating.py, without async and the API client. Reads JSON lines {"tmpl": str, "vars": obj}
 from stdin and writes one JSON line per input: {"ok": value} or
 {"err": "ExceptionType: message"}. Used by TestDifferentialPaV."""
 
