@@ -66,6 +66,8 @@ type staged struct {
 	ReadOnly   bool                                `json:"readOnly"`
 	PV         string                              `json:"pv,omitempty"`
 	StagedAt   string                              `json:"stagingTargetPath"`
+	// PodNamespace is where the staging pod runs (the template decides).
+	PodNamespace string `json:"podNamespace"`
 }
 
 const (
@@ -187,13 +189,6 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			return nil, err
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "pav"), 0o750); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if err := writeState(dir, st); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-
 	vars, err := phase.StagingVars(st.vars(), objs)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -204,6 +199,17 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	op := s.op(p.Name, v1alpha1.PhaseStaging, handle, dir, *cfg.PodTemplate)
 	op.KeepRunning = true
+	// The state goes down before the pod starts: kubelet calls NodeUnstageVolume
+	// for a staging whose outcome it does not know (a timed-out call), and that
+	// call must find the pod (its namespace comes from the template) and the
+	// directory.
+	st.PodNamespace = op.Namespace()
+	if err := os.MkdirAll(filepath.Join(dir, "pav"), 0o750); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := writeState(dir, st); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
 	if _, err := s.Pods.Run(ctx, op); err != nil {
 		var pf *podrunner.PodFailure
 		if errors.As(err, &pf) {
@@ -291,6 +297,7 @@ func (s *Server) revertStaging(ctx context.Context, p *v1alpha1.PavProvisioner, 
 // directory: a failed unstaging keeps the directory for the retry.
 func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string) error {
 	stagingOp := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseStaging, VolumeKey: s.key(st.Handle), NodeName: s.NodeID}
+	stagingOp.Template.Namespace = st.PodNamespace
 	if err := s.Pods.Delete(ctx, stagingOp); err != nil {
 		return fmt.Errorf("removing the staging pod: %w", err)
 	}

@@ -195,6 +195,26 @@ func TestStageUnstageFilesystem(t *testing.T) {
 	}
 }
 
+func TestUnstageRemovesStagingPodInItsNamespace(t *testing.T) {
+	spec := "  provisioningModes: [Dynamic]\n  volumeCreation: {capacity: 1Mi}\n  volumeStaging: {podTemplate: {metadata: {namespace: storage}, spec: {containers: [{name: s, image: b}]}}}\n"
+	e := newEnv(t, spec, map[v1alpha1.Phase]podAction{
+		v1alpha1.PhaseStaging: {outcome: fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}, onStart: makeVolumeDir("x")},
+	})
+	req := e.stageReq("vol-ns", false)
+	if _, err := e.srv.NodeStageVolume(e.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if pods, _ := e.client.CoreV1().Pods("storage").List(e.ctx, metav1.ListOptions{}); len(pods.Items) != 1 {
+		t.Fatalf("%d staging pods in namespace storage, want 1", len(pods.Items))
+	}
+	if _, err := e.srv.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-ns", StagingTargetPath: req.StagingTargetPath}); err != nil {
+		t.Fatal(err)
+	}
+	if pods, _ := e.client.CoreV1().Pods("storage").List(e.ctx, metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Fatalf("staging pod left running in namespace storage")
+	}
+}
+
 func TestStageFailures(t *testing.T) {
 	symlinkOut := func(dir string) error { return os.Symlink("/etc", filepath.Join(dir, "volume")) }
 	regularFile := func(dir string) error { return os.WriteFile(filepath.Join(dir, "volume"), nil, 0o644) }
