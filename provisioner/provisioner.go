@@ -6,6 +6,7 @@ package provisioner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -167,7 +169,9 @@ func (w *Watch) update(ctx context.Context, obj any) {
 		w.set(p, nil)
 	}
 	if w.reportStatus {
-		go w.writeStatus(ctx, p, checkErr)
+		// In the handler, not a goroutine: events arrive in order, so the last
+		// version checked is the status that stays.
+		w.writeStatus(ctx, p, checkErr)
 	}
 }
 
@@ -207,19 +211,14 @@ func (w *Watch) writeStatus(ctx context.Context, p *v1alpha1.PavProvisioner, che
 	conds := append([]metav1.Condition(nil), p.Status.Conditions...)
 	meta.SetStatusCondition(&conds, cond)
 	st := v1alpha1.PavProvisionerStatus{ObservedGeneration: p.Generation, Conditions: conds}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+	// A merge patch of the status subresource touches nothing else and needs no
+	// resourceVersion: the newest check always wins.
+	patch, err := json.Marshal(map[string]any{"status": st})
 	if err != nil {
 		klog.ErrorS(err, "cannot encode status")
 		return
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.Kind,
-		"metadata": map[string]any{"name": p.Name, "resourceVersion": p.ResourceVersion},
-		"status":   obj,
-	}}
-	if _, err := w.client.Resource(v1alpha1.GroupVersionResource).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
-		// A conflict means a newer version is on its way through the informer, and
-		// its update writes the status again.
+	if _, err := w.client.Resource(v1alpha1.GroupVersionResource).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.V(2).InfoS("could not update PavProvisioner status", "provisioner", p.Name, "err", err)
 	}
 }
