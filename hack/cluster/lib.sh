@@ -29,6 +29,10 @@ CNI_BIN="${PAV_CNI_BIN:-/usr/lib/cni}"
 RUNC_ROOT="$RUN/runc"
 POD_LOGS="$D/pod-logs"
 KUBECONFIG_ADMIN="$D/kubeconfig"
+# Host directories the cluster creates outside $D (kubelet root; the kubelet's
+# /var/log/containers symlinks and /var/log/pods; libcni's result cache; the shims' sockets).
+HOST_DIRS=("$KUBELET_ROOT" /var/log/containers /var/log/pods /var/lib/cni /run/containerd)
+HOST_DIRS_CREATED="$D/host-dirs-created"
 
 BRIDGE=pav0
 POD_CIDR=10.88.0.0/16

@@ -13,7 +13,9 @@
 #   run/ pid files, containerd socket, runc root      logs/ one log per daemon
 #   etcd/ containerd/ cni/ pod-logs/ runtime data (wiped by down.sh)
 #   kubeconfig  the admin kubeconfig (O=system:masters)
-# except the kubelet root, /var/lib/kubelet (PAV_KUBELET_ROOT), kept conventional for CSI.
+# except the kubelet root, /var/lib/kubelet (PAV_KUBELET_ROOT), kept conventional for CSI,
+# and what the daemons put in /var/log/containers, /var/log/pods, /var/lib/cni and
+# /run/containerd (down.sh removes those of them that up.sh found missing).
 # Other settings: see hack/cluster/lib.sh. Stop and clean up with hack/cluster/down.sh.
 #
 # Idempotent: daemons already running (by pid file) are left alone; only missing ones start.
@@ -40,6 +42,11 @@ if [ -z "${PAV_NODE_IP:-}" ]; then
   PAV_NODE_IP="$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1)"
 fi
 NODE_IP="${PAV_NODE_IP:-127.0.0.1}"
+# Host directories that the daemons create outside the state dir: remember those that did
+# not exist before, so that down.sh removes exactly these (the list survives down.sh).
+for hd in "${HOST_DIRS[@]}"; do
+  [ -e "$hd" ] || grep -qxF "$hd" "$HOST_DIRS_CREATED" 2>/dev/null || echo "$hd" >> "$HOST_DIRS_CREATED"
+done
 mkdir -p "$PKI" "$RUN" "$LOGS" "$CONF" "$ETCD_DATA" "$CTRD_ROOT" "$CTRD_STATE" \
          "$(dirname "$CTRD_SOCK")" "$CNI_CONF" "$CNI_DATA" "$RUNC_ROOT" "$POD_LOGS" "$KUBELET_ROOT"
 chmod 700 "$ETCD_DATA" "$PKI"
@@ -50,8 +57,10 @@ if [ ! -f "$RUN/ip_forward.orig" ]; then
   cat /proc/sys/net/ipv4/ip_forward > "$RUN/ip_forward.orig"
 fi
 echo 1 > /proc/sys/net/ipv4/ip_forward
+# bridged pod traffic must traverse iptables (Service DNAT between pods on the bridge)
 modprobe br_netfilter 2>/dev/null || true
-modprobe overlay 2>/dev/null || true
+[ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" = 1 ] ||
+  log "WARNING: net.bridge.bridge-nf-call-iptables is not 1: pod-to-Service-to-pod traffic may fail"
 
 # ---------------------------------------------------------------------------------------------
 # Certificates.
@@ -90,8 +99,16 @@ subjectAltName=$sans"
   echo "$identity" > "$PKI/identity"
 fi
 
+# put FILE: write stdin to FILE only if the content changed (kube-proxy exits when its
+# config file changes, so a second up.sh must not rewrite it).
+put() {
+  local tmp="$1.tmp.$$"
+  cat > "$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv -f "$tmp" "$1"; fi
+}
+
 kubeconfig() { # FILE USER
-  cat > "$1" <<EOF
+  put "$1" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -115,7 +132,7 @@ for u in controller-manager scheduler kubelet-client kube-proxy; do kubeconfig "
 
 # ---------------------------------------------------------------------------------------------
 # Configuration files.
-cat > "$CONF/containerd.toml" <<EOF
+put "$CONF/containerd.toml" <<EOF
 version = 3
 root = "$CTRD_ROOT"
 state = "$CTRD_STATE"
@@ -150,7 +167,7 @@ state = "$CTRD_STATE"
       sandbox = "registry.k8s.io/pause:3.10"
 EOF
 
-cat > "$CNI_CONF/10-pav.conflist" <<EOF
+put "$CNI_CONF/10-pav.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "pav",
@@ -173,7 +190,7 @@ cat > "$CNI_CONF/10-pav.conflist" <<EOF
 }
 EOF
 
-cat > "$CONF/kubelet.yaml" <<EOF
+put "$CONF/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$CTRD_SOCK
@@ -212,7 +229,7 @@ nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
 EOF
 
-cat > "$CONF/kube-proxy.yaml" <<EOF
+put "$CONF/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
@@ -223,6 +240,7 @@ clusterCIDR: $POD_CIDR
 bindAddress: 0.0.0.0
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
+nodePortAddresses: [primary]
 conntrack:
   maxPerCore: 0
   min: 0
@@ -275,12 +293,13 @@ if [ "${#need[@]}" -gt 0 ]; then
   "$ROOT/hack/images/build.sh" "${need[@]}"
 fi
 for t in "$ROOT"/_output/images/*.tar; do
-  ctr_ -n k8s.io images import --platform linux/amd64 "$t" >/dev/null
+  out="$(ctr_ -n k8s.io images import --platform linux/amd64 "$t" 2>&1)" || die "importing $t: $out"
 done
 # Local aliases, so that the examples' public busybox image (imagePullPolicy IfNotPresent)
 # runs unmodified on this registry-less cluster.
-for alias in docker.io/library/busybox:1.36; do
-  ctr_ -n k8s.io images tag --force pav.local/busybox:dev "$alias" >/dev/null
+BUSYBOX_ALIASES=(docker.io/library/busybox:1.36)
+for alias in "${BUSYBOX_ALIASES[@]}"; do
+  out="$(ctr_ -n k8s.io images tag --force pav.local/busybox:dev "$alias" 2>&1)" || die "tagging $alias: $out"
 done
 log "images: imported $(ls "$ROOT"/_output/images/*.tar | wc -l) archives"
 

@@ -149,10 +149,13 @@ if [ "$do_import" = 1 ]; then
   sock="$CLUSTER_DIR/run/containerd/containerd.sock"
   [ -S "$sock" ] || { echo "containerd socket $sock not found: run hack/cluster/up.sh" >&2; exit 1; }
   for i in "${images[@]}"; do
-    "$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images import --platform linux/amd64 "$OUT/$i.tar" >/dev/null
+    # (ctr's output is shown only on failure: it warns about cgroup v1 on every call)
+    out="$("$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images import --platform linux/amd64 "$OUT/$i.tar" 2>&1)" ||
+      { echo "$out" >&2; exit 1; }
     log "imported ${REF[$i]}"
     if [ "$i" = busybox ]; then  # same local alias as hack/cluster/up.sh makes
-      "$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images tag --force "${REF[busybox]}" docker.io/library/busybox:1.36 >/dev/null
+      out="$("$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images tag --force "${REF[busybox]}" docker.io/library/busybox:1.36 2>&1)" ||
+        { echo "$out" >&2; exit 1; }
     fi
   done
 fi

@@ -1,0 +1,400 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/pods-as-volumes/pav/podrunner"
+)
+
+const (
+	driver     = "pav-e2e"
+	busybox    = "docker.io/library/busybox:1.36"
+	markers    = "/var/lib/pav-e2e"
+	volumesDir = "/var/lib/kubelet/plugins/" + driver + "/volumes"
+)
+
+var (
+	client  kubernetes.Interface
+	dyn     dynamic.Interface
+	repo    string // project root
+	timeout = 3 * time.Minute
+)
+
+func TestMain(m *testing.M) {
+	wd, _ := os.Getwd()
+	repo = filepath.Join(wd, "..", "..")
+	kubeconfig := os.Getenv("KUBECONFIG")
+	if kubeconfig == "" {
+		kubeconfig = filepath.Join(repo, "_output", "cluster", "kubeconfig")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: no cluster (%v); run `make e2e`\n", err)
+		os.Exit(1)
+	}
+	client = kubernetes.NewForConfigOrDie(cfg)
+	dyn = dynamic.NewForConfigOrDie(cfg)
+	if err := waitDriverReady(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: pav-e2e is not ready: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// waitDriverReady waits for the controller and node plugins and for kubelet to
+// have registered the driver on the node (CSINode).
+func waitDriverReady(ctx context.Context) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, sel := range []string{"app.kubernetes.io/instance=" + driver} {
+			pods, err := client.CoreV1().Pods("pav").List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil || len(pods.Items) < 2 {
+				return false, nil
+			}
+			for _, p := range pods.Items {
+				if !podReady(&p) {
+					return false, nil
+				}
+			}
+		}
+		nodes, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
+		if err != nil || len(nodes.Items) == 0 {
+			return false, nil
+		}
+		for _, d := range nodes.Items[0].Spec.Drivers {
+			if d.Name == driver {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// env is one test's namespace and the cluster-scoped objects it made.
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	ns  string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	e := &env{t: t, ctx: ctx, ns: "e2e-" + strings.ToLower(rand.String(6))}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The default ServiceAccount must exist before pods can be created.
+	e.poll("default ServiceAccount", func() (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(e.ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	t.Cleanup(func() {
+		defer cancel()
+		if t.Failed() {
+			e.dumpEvents()
+		}
+		bg := context.Background()
+		_ = client.CoreV1().Namespaces().Delete(bg, e.ns, metav1.DeleteOptions{})
+		// PVs of this namespace's claims go with them (reclaim Delete); wait so the
+		// next test starts on a quiet node.
+		_ = wait.PollUntilContextTimeout(bg, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := client.CoreV1().Namespaces().Get(ctx, e.ns, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+	})
+	return e
+}
+
+func (e *env) poll(what string, cond func() (bool, error)) {
+	e.t.Helper()
+	e.pollFor(what, timeout, cond)
+}
+
+func (e *env) pollFor(what string, d time.Duration, cond func() (bool, error)) {
+	e.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(e.ctx, 500*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		e.t.Fatalf("timed out after %v waiting for %s (last error: %v)", d, what, last)
+	}
+}
+
+func (e *env) dumpEvents() {
+	evs, err := client.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, ev := range evs.Items {
+		e.t.Logf("event %s/%s %s: %s", ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
+	}
+}
+
+// storageClass makes a StorageClass of pav-e2e with parameters; it is deleted
+// with the test.
+func (e *env) storageClass(params map[string]string, reclaim corev1.PersistentVolumeReclaimPolicy) string {
+	e.t.Helper()
+	name := e.ns + "-" + strings.ToLower(rand.String(4))
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: driver, Parameters: params, ReclaimPolicy: &reclaim}
+	if _, err := client.StorageV1().StorageClasses().Create(e.ctx, sc, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		_ = client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+type claimOpts struct {
+	size   string
+	mode   corev1.PersistentVolumeMode
+	access corev1.PersistentVolumeAccessMode
+	volume string // static binding
+}
+
+func (e *env) claim(name, sc string, o claimOpts) *corev1.PersistentVolumeClaim {
+	e.t.Helper()
+	if o.size == "" {
+		o.size = "1Mi"
+	}
+	if o.mode == "" {
+		o.mode = corev1.PersistentVolumeFilesystem
+	}
+	if o.access == "" {
+		o.access = corev1.ReadWriteOnce
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &sc, VolumeMode: &o.mode, AccessModes: []corev1.PersistentVolumeAccessMode{o.access},
+			VolumeName: o.volume,
+			Resources:  corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(o.size)}}}}
+	pvc, err := client.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pvc
+}
+
+func (e *env) waitBound(name string) *corev1.PersistentVolume {
+	e.t.Helper()
+	var pvName string
+	e.poll("PVC "+name+" Bound", func() (bool, error) {
+		pvc, err := client.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pvName = pvc.Spec.VolumeName
+		return pvc.Status.Phase == corev1.ClaimBound, nil
+	})
+	pv, err := client.CoreV1().PersistentVolumes().Get(e.ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pv
+}
+
+// waitEvent waits for an event on an object whose message holds every substring.
+func (e *env) waitEvent(kind, name, reason string, within time.Duration, substrings ...string) string {
+	e.t.Helper()
+	var found string
+	e.pollFor(fmt.Sprintf("%s event on %s %s containing %q", reason, kind, name, substrings), within, func() (bool, error) {
+		evs, err := client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs.Items {
+			if ev.InvolvedObject.Kind != kind || reason != "" && ev.Reason != reason {
+				continue
+			}
+			ok := true
+			for _, s := range substrings {
+				ok = ok && strings.Contains(ev.Message, s)
+			}
+			if ok {
+				found = ev.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+// clientPod runs a busybox pod with the claims mounted at /data/<claim> (or
+// attached at /dev/<claim> for Block) and the given shell script.
+func (e *env) clientPod(name, script string, claims ...string) *corev1.Pod {
+	e.t.Helper()
+	c := corev1.Container{Name: "client", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sh", "-c", script}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1))}}
+	for _, cl := range claims {
+		pvc, err := client.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, cl, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: cl, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: cl}}})
+		if pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+			c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: cl, DevicePath: "/dev/" + cl})
+		} else {
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: cl, MountPath: "/data/" + cl})
+		}
+	}
+	pod.Spec.Containers = []corev1.Container{c}
+	pod, err := client.CoreV1().Pods(e.ns).Create(e.ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pod
+}
+
+func (e *env) waitPodPhase(name string, phase corev1.PodPhase) {
+	e.t.Helper()
+	e.poll("pod "+name+" "+string(phase), func() (bool, error) {
+		p, err := client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Status.Phase == corev1.PodFailed && phase != corev1.PodFailed {
+			return false, fmt.Errorf("pod %s failed: %s", name, e.logs(name))
+		}
+		return p.Status.Phase == phase, nil
+	})
+}
+
+func (e *env) waitPodRunning(name string) {
+	e.t.Helper()
+	e.poll("pod "+name+" running and ready", func() (bool, error) {
+		p, err := client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return podReady(p), nil
+	})
+}
+
+func (e *env) logs(name string) string {
+	rc, err := client.CoreV1().Pods(e.ns).GetLogs(name, &corev1.PodLogOptions{}).Stream(e.ctx)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	defer rc.Close()
+	b, _ := io.ReadAll(rc)
+	return string(b)
+}
+
+// runClient runs a client pod to completion and returns its log.
+func (e *env) runClient(name, script string, claims ...string) string {
+	e.t.Helper()
+	e.clientPod(name, script, claims...)
+	e.waitPodPhase(name, corev1.PodSucceeded)
+	return e.logs(name)
+}
+
+func (e *env) deletePod(name string) {
+	e.t.Helper()
+	if err := client.CoreV1().Pods(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
+	e.poll("pod "+name+" gone", func() (bool, error) {
+		_, err := client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+func (e *env) deleteClaim(name string) {
+	e.t.Helper()
+	if err := client.CoreV1().PersistentVolumeClaims(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) waitPVGone(name string) {
+	e.t.Helper()
+	e.poll("PV "+name+" gone", func() (bool, error) {
+		_, err := client.CoreV1().PersistentVolumes().Get(e.ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// phasePods lists pav's pods of one phase for a provisioner, in every namespace.
+func phasePods(ctx context.Context, phase string) []corev1.Pod {
+	pods, _ := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: podrunner.LabelProvisioner + "=" + driver + "," + podrunner.LabelPhase + "=" + phase})
+	return pods.Items
+}
+
+// marker reads a file the deletion or unstaging pod left on the node.
+func marker(kind, handle string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(markers, kind, handle))
+	return strings.TrimSpace(string(b)), err == nil
+}
+
+func (e *env) waitMarker(kind, handle string) string {
+	e.t.Helper()
+	var v string
+	e.poll(kind+" marker of "+handle, func() (bool, error) {
+		var ok bool
+		v, ok = marker(kind, handle)
+		return ok, nil
+	})
+	return v
+}
+
+// hostMounts lists the node's mounts under dir (the test runs on the node).
+func hostMounts(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out.String())
+	}
+	return out.String()
+}
+
+func ptr[T any](v T) *T { return &v }
