@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -21,7 +22,7 @@ func runDriver(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&o.NodeID, "node-id", "", "this node's name (node and all modes)")
 	fs.StringVar(&o.Mode, "mode", driver.ModeAll, "which CSI services to serve: controller, node or all")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
-	fs.DurationVar(&o.PodTimeout, "pod-timeout", 0, "fail an operation whose pod runs longer than this, counted from the pod's creation (0: no limit)")
+	fs.DurationVar(&o.PodTimeout, "pod-timeout", 10*time.Minute, "fail an operation whose pod runs longer than this, counted from the pod's creation (0: no limit)")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address for /healthz and /metrics, e.g. :8080 (default: none)")
 	fs.StringVar(&o.ReportImage, "report-image", "", "image of the report sidecar added to every pod (default: this pod's own pav image)")
 	fs.StringVar(&o.StateDir, "state-dir", "", "node: host directory for per-volume state (default /var/lib/kubelet/plugins/NAME/volumes)")
