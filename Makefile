@@ -36,7 +36,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEvaluateString$$' -fuzztime $(FUZZTIME) ./templating
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCapacity$$' -fuzztime $(FUZZTIME) ./phase
 
-ci: lint test
+ci: lint test e2e
 
 # Local cluster targets (run as root):
 #   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity
@@ -52,7 +52,7 @@ ci: lint test
 CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL     := $(CURDIR)/_output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig
 
-.PHONY: tools images cluster-up cluster-down deploy-e2e
+.PHONY: tools images cluster-up cluster-down deploy-e2e e2e-setup e2e demo
 
 tools:
 	hack/install-deps.sh
@@ -75,3 +75,24 @@ deploy-e2e:
 	$(KUBECTL) apply -k deploy/base
 	$(KUBECTL) wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io
 	$(KUBECTL) apply -k test/e2e/overlay
+
+# e2e-setup: everything the e2e suite and the demo need, idempotent: tools, the
+# cluster, fresh images (the pav image is rebuilt from this tree), both provisioners
+# deployed and restarted onto the fresh image.
+e2e-setup: tools cluster-up images deploy-e2e
+	$(KUBECTL) -n pav rollout restart statefulset,daemonset -l app.kubernetes.io/name=pav
+	for r in $$($(KUBECTL) -n pav get statefulset,daemonset -l app.kubernetes.io/name=pav -o name); do \
+		$(KUBECTL) -n pav rollout status $$r --timeout=180s || exit 1; \
+	done
+
+e2e: e2e-setup
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig $(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/
+
+demo: e2e-setup
+	$(KUBECTL) delete --ignore-not-found --wait -f examples/hello-world/usage.yaml
+	$(KUBECTL) apply -f examples/hello-world/usage.yaml
+	$(KUBECTL) wait --for=jsonpath='{.status.phase}'=Bound pvc/hello-claim --timeout=120s
+	$(KUBECTL) wait --for=jsonpath='{.status.phase}'=Succeeded pod/hello-reader --timeout=120s
+	@echo "--- the hello-reader pod read from its hello-world volume:"
+	@$(KUBECTL) logs hello-reader
+	@echo "--- try: export KUBECONFIG=$(CLUSTER_DIR)/kubeconfig; kubectl get pav,pv,pvc; make cluster-down when done"
