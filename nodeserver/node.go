@@ -1,8 +1,15 @@
 // Package nodeserver is the CSI Node service of pav. NodeStageVolume runs the
 // provisioner's staging pod on this node with a per-volume host directory at
-// /pav, checks the /pav/volume it exposes, and bind-mounts it at the staging
-// path; NodeUnstageVolume stops that pod and runs the unstaging pod on the same
-// directory. NodePublish/Unpublish bind-mount the staged volume into pods.
+// /pav and checks the /pav/volume it exposes; NodeUnstageVolume stops that pod
+// and runs the unstaging pod on the same directory. NodePublish/Unpublish
+// bind-mount /pav/volume into pods.
+//
+// Nothing is mounted at the staging path: when /pav/volume is itself a mount
+// (a tmpfs, a FUSE file system), a bind of it at the staging path would be a
+// second reference to that mount, and kubelet refuses to unstage a staging path
+// whose mount has references elsewhere (GetDeviceMountRefs) — the volume would
+// never be unstaged. Publishing straight from /pav/volume avoids that and one
+// mount per volume.
 package nodeserver
 
 import (
@@ -68,12 +75,11 @@ type staged struct {
 	StagedAt   string                              `json:"stagingTargetPath"`
 	// PodNamespace is where the staging pod runs (the template decides).
 	PodNamespace string `json:"podNamespace"`
+	// Staged: the staging pod is done (or ready) and /pav/volume checked out.
+	Staged bool `json:"staged"`
 }
 
-const (
-	podVolume  = podrunner.MountPath + "/volume"
-	deviceFile = "device" // the block device's bind mount inside the staging path
-)
+const podVolume = podrunner.MountPath + "/volume"
 
 // volumeDir is the per-volume directory on this node: state.json and pav/ (the
 // /pav of the staging and unstaging pods). Hashing the handle keeps arbitrary
@@ -217,8 +223,12 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 		return nil, volume.Status(err, codes.Internal)
 	}
-	if err := s.expose(dir, target, st); err != nil {
+	if _, err := checkVolume(dir, st); err != nil {
 		return nil, volume.Status(s.revertStaging(ctx, p, st, objs, dir, err), codes.Internal)
+	}
+	st.Staged = true
+	if err := writeState(dir, st); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
 	klog.V(2).InfoS("volume staged", "handle", handle, "stagingTargetPath", target, "mode", mode)
 	return &csi.NodeStageVolumeResponse{}, nil
@@ -227,11 +237,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 // alreadyStaged makes a repeated NodeStageVolume succeed without a second pod.
 func (s *Server) alreadyStaged(dir, target string, mode corev1.PersistentVolumeMode) (bool, error) {
 	st, err := readState(dir)
-	if err != nil || st == nil {
-		return false, err
-	}
-	mounted, err := hostmount.IsMountPoint(exposedPath(target, mode))
-	if err != nil || !mounted {
+	if err != nil || st == nil || !st.Staged {
 		return false, err
 	}
 	if st.StagedAt != target {
@@ -243,43 +249,34 @@ func (s *Server) alreadyStaged(dir, target string, mode corev1.PersistentVolumeM
 	return true, nil
 }
 
-// expose checks /pav/volume and bind-mounts it at the staging path.
-func (s *Server) expose(dir, target string, st *staged) error {
+// checkVolume resolves /pav/volume on the host and checks it is what the volume
+// mode needs: a directory, or a block device of exactly the volume's size.
+func checkVolume(dir string, st *staged) (string, error) {
 	src, err := hostmount.Resolve(filepath.Join(dir, "pav"), podrunner.MountPath, podVolume)
 	if err != nil {
-		return fmt.Errorf("the staging pod did not provide /pav/volume: %w", err)
+		return "", fmt.Errorf("the staging pod did not provide /pav/volume: %w", err)
 	}
 	fi, err := os.Stat(src)
 	if err != nil {
-		return fmt.Errorf("the staging pod did not provide /pav/volume: %w", err)
+		return "", fmt.Errorf("the staging pod did not provide /pav/volume: %w", err)
 	}
-	dst := exposedPath(target, st.VolumeMode)
 	if st.VolumeMode == corev1.PersistentVolumeBlock {
 		if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
-			return fmt.Errorf("/pav/volume must be a block special file for a Block volume, found %s", fi.Mode().Type())
+			return "", fmt.Errorf("/pav/volume must be a block special file for a Block volume, found %s", describeMode(fi.Mode()))
 		}
 		size, err := hostmount.BlockSize(src)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if st.Capacity > 0 && size != st.Capacity {
-			return fmt.Errorf("/pav/volume is a block device of %d bytes, but the volume's capacity is %d bytes", size, st.Capacity)
+			return "", fmt.Errorf("/pav/volume is a block device of %d bytes, but the volume's capacity is %d bytes", size, st.Capacity)
 		}
-		if err := os.MkdirAll(target, 0o750); err != nil {
-			return err
-		}
-		if err := touch(dst); err != nil {
-			return err
-		}
-		return hostmount.Bind(src, dst, false)
+		return src, nil
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("/pav/volume must be a directory for a Filesystem volume, found %s", describeMode(fi.Mode()))
+		return "", fmt.Errorf("/pav/volume must be a directory for a Filesystem volume, found %s", describeMode(fi.Mode()))
 	}
-	if err := os.MkdirAll(dst, 0o750); err != nil {
-		return err
-	}
-	return hostmount.Bind(src, dst, false)
+	return src, nil
 }
 
 // revertStaging stops the staging pod, runs the unstaging pod on the same
@@ -340,12 +337,6 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	for _, m := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock} {
-		if err := hostmount.Unmount(exposedPath(target, m)); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		}
-	}
-	_ = os.Remove(filepath.Join(target, deviceFile))
 	if st == nil {
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
@@ -380,9 +371,21 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	src := exposedPath(staging, mode)
-	if mounted, err := hostmount.IsMountPoint(src); err != nil || !mounted {
+	dir := s.volumeDir(req.GetVolumeId())
+	st, err := readState(dir)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if st == nil || !st.Staged || st.StagedAt != staging {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
+	}
+	if st.VolumeMode != mode {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s was staged as a %s volume", req.GetVolumeId(), st.VolumeMode)
+	}
+	// Resolved again: the staging pod may have replaced /pav/volume since.
+	src, err := checkVolume(dir, st)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if mounted, err := hostmount.IsMountPoint(target); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -509,13 +512,6 @@ func (s *Server) op(provisioner string, ph v1alpha1.Phase, handle, dir string, t
 func (st *staged) vars() phase.Staged {
 	return phase.Staged{VolumeMode: st.VolumeMode, AccessModes: st.Access, Capacity: st.Capacity,
 		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly}
-}
-
-func exposedPath(stagingPath string, mode corev1.PersistentVolumeMode) string {
-	if mode == corev1.PersistentVolumeBlock {
-		return filepath.Join(stagingPath, deviceFile)
-	}
-	return stagingPath
 }
 
 func isReadOnly(c *csi.VolumeCapability) bool {

@@ -427,3 +427,56 @@ func TestStageBlock(t *testing.T) {
 		})
 	}
 }
+
+// TestMountedVolumeLeavesStagingPathFree: a staging pod that mounts a file
+// system at /pav/volume (tmpfs here, FUSE in real life). kubelet refuses to
+// unstage a staging path whose mount is referenced elsewhere, so nothing may be
+// mounted there; publishing binds the mount itself, and unstaging leaves no
+// mount behind.
+func TestMountedVolumeLeavesStagingPathFree(t *testing.T) {
+	e := newEnv(t, stagingSpec+unstagingSpec, map[v1alpha1.Phase]podAction{
+		v1alpha1.PhaseStaging: {outcome: fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}, onStart: func(dir string) error {
+			v := filepath.Join(dir, "volume")
+			if err := os.MkdirAll(v, 0o755); err != nil {
+				return err
+			}
+			if err := unix.Mount("tmpfs", v, "tmpfs", 0, "size=1m"); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(v, "data"), []byte("in tmpfs"), 0o644)
+		}},
+	})
+	req := e.stageReq("vol-tmpfs", false)
+	if err := os.MkdirAll(req.StagingTargetPath, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.NodeStageVolume(e.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if mounted, _ := hostmount.IsMountPoint(req.StagingTargetPath); mounted {
+		t.Fatal("the staging path is a mount: kubelet would see a second reference and never unstage")
+	}
+	target := filepath.Join(e.dir, "pods-target", "t")
+	if _, err := e.srv.NodePublishVolume(e.ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-tmpfs", StagingTargetPath: req.StagingTargetPath,
+		TargetPath: target, VolumeCapability: req.VolumeCapability}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "in tmpfs" {
+		t.Fatalf("published volume reads %q, %v", b, err)
+	}
+	if _, err := e.srv.NodePublishVolume(e.ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-tmpfs", StagingTargetPath: "/elsewhere",
+		TargetPath: target + "2", VolumeCapability: req.VolumeCapability}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("publish from a staging path the volume is not staged at: %v", err)
+	}
+	if _, err := e.srv.NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-tmpfs", TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	dir := e.srv.volumeDir("vol-tmpfs")
+	if _, err := e.srv.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-tmpfs", StagingTargetPath: req.StagingTargetPath}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(b), dir) {
+		t.Fatalf("a mount under %s outlived unstaging", dir)
+	}
+}

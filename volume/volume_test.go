@@ -11,7 +11,7 @@ import (
 func TestContextRoundTrip(t *testing.T) {
 	max := int64(10)
 	claim := &Claim{PVC: &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, RequestedMinCapacity: 1, RequestedMaxCapacity: &max, DefaultHandle: "pvc-1"}
-	vc, err := Context(map[string]string{"a": "b", ParamPVCName: "c", KeyPrefix + "x": "y"}, 5, claim)
+	vc, err := Context(map[string]string{"a": "b", ParamPVCName: "c", KeyPrefix + "x": "y", "storage.kubernetes.io/csiProvisionerIdentity": "1-2-x"}, 5, claim)
 	if err != nil {
 		t.Fatal(err)
 	}

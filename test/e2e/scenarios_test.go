@@ -39,7 +39,8 @@ func TestDynamicProvisioning(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := e.runClient("reader", "cat /data/data/claim /data/data/handle /data/data/params.json", "data")
-	want := fmt.Sprintf("data\n%s\n{\"color\": \"it's blue\"}\n", handle)
+	// tojson escapes ' as \u0027 (Jinja's htmlsafe JSON, spec §2).
+	want := fmt.Sprintf("data\n%s\n{\"color\": \"it\\u0027s blue\"}\n", handle)
 	if out != want {
 		t.Fatalf("client read %q, want %q", out, want)
 	}
