@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"regexp"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,7 +43,15 @@ func ParseCapacity(v any, r Rounding) (int64, error) {
 	}
 }
 
+// hugeExponent matches decimal exponents of four digits or more: no capacity
+// needs one, and resource.ParseQuantity takes seconds to minutes on
+// "1e-9999999" (found by FuzzParseCapacity), so they are refused before it runs.
+var hugeExponent = regexp.MustCompile(`[eE][+-]?0*[0-9]{4,}`)
+
 func parseQuantity(s string, r Rounding) (int64, error) {
+	if hugeExponent.MatchString(s) {
+		return 0, fmt.Errorf("%q has an exponent out of range (use bytes or a suffix: 1Gi, 500M, 1e3)", s)
+	}
 	q, err := resource.ParseQuantity(strings.TrimSpace(s))
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a quantity (use bytes or a suffix: 1Gi, 500M, 1e3)", s)
@@ -51,10 +60,27 @@ func parseQuantity(s string, r Rounding) (int64, error) {
 	// the rounding direction matters at the edges of a capacity range.
 	d := q.AsDec()
 	unscaled, scale := d.UnscaledBig(), int64(d.Scale())
+	digits := int64(len(new(big.Int).Abs(unscaled).String()))
 	var bytes *big.Int
-	if scale <= 0 {
+	switch {
+	case unscaled.Sign() == 0:
+		bytes = new(big.Int)
+	case scale <= 0 && digits-scale > 19:
+		// More than 19 digits cannot fit an int64; checked before computing
+		// 10^-scale, which for "1e999999999" would take gigabytes.
+		return 0, fmt.Errorf("%q is too large", s)
+	case scale <= 0:
 		bytes = new(big.Int).Mul(unscaled, new(big.Int).Exp(big.NewInt(10), big.NewInt(-scale), nil))
-	} else {
+	case scale > digits:
+		// |value| < 1: no need for 10^scale to round it.
+		bytes = new(big.Int)
+		if r == Ceil && unscaled.Sign() > 0 {
+			bytes.SetInt64(1)
+		}
+		if r == Floor && unscaled.Sign() < 0 {
+			bytes.SetInt64(-1)
+		}
+	default:
 		div := new(big.Int).Exp(big.NewInt(10), big.NewInt(scale), nil)
 		quo, rem := new(big.Int).QuoRem(unscaled, div, new(big.Int))
 		if rem.Sign() != 0 && r == Ceil && unscaled.Sign() > 0 {

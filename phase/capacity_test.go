@@ -34,6 +34,14 @@ func TestParseCapacity(t *testing.T) {
 		{in: []any{1}, wantErr: "got list"},
 		{in: nil, wantErr: "must be set"},
 		{in: "100Ei", wantErr: "too large"},
+		{in: "9e999", wantErr: "too large"},
+		{in: "9e999999", wantErr: "exponent out of range"},
+		{in: "1e-999999999", wantErr: "exponent out of range"},
+		{in: "1e-00009999", wantErr: "exponent out of range"},
+		{in: "9223372036854775806", want: 9223372036854775806},
+		{in: "1e-999", r: Ceil, want: 1},
+		{in: "1e-999", r: Floor, wantErr: "must be positive"},
+		{in: "0.000001", r: Ceil, want: 1},
 	} {
 		got, err := ParseCapacity(tc.in, tc.r)
 		if tc.wantErr != "" {
