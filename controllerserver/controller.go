@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -156,19 +158,7 @@ func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode
 	// PaV's default handle is pvc-<uid>; external-provisioner's volume name is the
 	// same by default, but a --volume-name-prefix may differ.
 	claim.DefaultHandle = "pvc-" + string(pvc.UID)
-	if pvc.Spec.VolumeMode != nil {
-		r.VolumeMode = *pvc.Spec.VolumeMode
-	}
-	if len(pvc.Spec.AccessModes) > 0 {
-		r.AccessModes = pvc.Spec.AccessModes
-	}
-	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
-		r.MinCapacity = q.Value()
-	}
-	if q, ok := pvc.Spec.Resources.Limits[corev1.ResourceStorage]; ok {
-		v := q.Value()
-		r.MaxCapacity = &v
-	}
+	r = phase.FromClaim(r, pvc)
 	if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
 		obj, err := s.Client.StorageV1().StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
 		if err != nil {
@@ -213,7 +203,7 @@ func (s *Server) existing(req *csi.CreateVolumeRequest, r phase.Request, pvc *co
 		return nil, status.Errorf(codes.AlreadyExists, "volume %s already exists with capacity %d bytes, outside the requested range", req.GetName(), rec.capacity)
 	case rec.mode != r.VolumeMode:
 		return nil, status.Errorf(codes.AlreadyExists, "volume %s already exists as a %s volume", req.GetName(), rec.mode)
-	case !equalParams(rec.params, r.Params):
+	case !maps.Equal(rec.params, r.Params):
 		return nil, status.Errorf(codes.AlreadyExists, "volume %s already exists with other parameters", req.GetName())
 	}
 	return rec.resp, nil
@@ -247,11 +237,11 @@ func (s *Server) validate(ctx context.Context, p *v1alpha1.PavProvisioner, name 
 // request. For dynamic provisioning PaV compares the PVC's request with the
 // maximum and its limit with the minimum; a static PV has min = max = its size.
 func CheckRequest(cfg *phase.ValidationConfig, r phase.Request) error {
-	if !contains(cfg.VolumeModes, r.VolumeMode) {
+	if !slices.Contains(cfg.VolumeModes, r.VolumeMode) {
 		return status.Errorf(codes.InvalidArgument, "volume mode %s is not supported by this provisioner (spec.volumeValidation.volumeModes: %v)", r.VolumeMode, cfg.VolumeModes)
 	}
 	for _, m := range r.AccessModes {
-		if !contains(cfg.AccessModes, m) {
+		if !slices.Contains(cfg.AccessModes, m) {
 			return status.Errorf(codes.InvalidArgument, "access mode %s is not supported by this provisioner (spec.volumeValidation.accessModes: %v)", m, cfg.AccessModes)
 		}
 	}
@@ -523,25 +513,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-func equalParams(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func contains[T comparable](l []T, x T) bool {
-	for _, y := range l {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

@@ -354,28 +354,15 @@ func TestArgumentErrors(t *testing.T) {
 	}
 }
 
-// loopVolume makes /pav/volume a block special file for a loop device over a
-// sparse file of size bytes, as a privileged staging pod with losetup would.
+// loopVolume makes /pav/volume a block device of size bytes, detached when the
+// test ends.
 func loopVolume(t *testing.T, size int64) func(string) error {
 	return func(dir string) error {
-		img := filepath.Join(dir, "img")
-		if err := os.WriteFile(img, nil, 0o600); err != nil {
-			return err
+		dev, err := fakekubelet.AttachLoop(dir, size)
+		if dev != "" {
+			t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
 		}
-		if err := os.Truncate(img, size); err != nil {
-			return err
-		}
-		out, err := exec.Command("losetup", "--find", "--show", img).Output()
-		if err != nil {
-			return err
-		}
-		dev := strings.TrimSpace(string(out))
-		t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
-		var st unix.Stat_t
-		if err := unix.Stat(dev, &st); err != nil {
-			return err
-		}
-		return unix.Mknod(filepath.Join(dir, "volume"), unix.S_IFBLK|0o600, int(st.Rdev))
+		return err
 	}
 }
 

@@ -21,6 +21,28 @@ type Request struct {
 	Params      map[string]string
 }
 
+// FromClaim overrides base with what a PVC asks for: its volume mode, access
+// modes, requests.storage (the minimum) and limits.storage (the maximum). PaV's
+// contexts are defined on the claim; the controller and `pav render` both use
+// this, so that render shows what the driver will do.
+func FromClaim(base Request, pvc *corev1.PersistentVolumeClaim) Request {
+	r := base
+	if pvc.Spec.VolumeMode != nil {
+		r.VolumeMode = *pvc.Spec.VolumeMode
+	}
+	if len(pvc.Spec.AccessModes) > 0 {
+		r.AccessModes = pvc.Spec.AccessModes
+	}
+	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+		r.MinCapacity = q.Value()
+	}
+	if q, ok := pvc.Spec.Resources.Limits[corev1.ResourceStorage]; ok {
+		v := q.Value()
+		r.MaxCapacity = &v
+	}
+	return r
+}
+
 // Objects are the API objects a context may include; nil ones are left out.
 type Objects struct {
 	PVC  *corev1.PersistentVolumeClaim

@@ -8,7 +8,9 @@ package phase
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -89,7 +91,7 @@ func asObject(v any, path string, allowed []string) (map[string]any, error) {
 	}
 	var unknown []string
 	for k := range m {
-		if !contains(allowed, k) {
+		if !slices.Contains(allowed, k) {
 			unknown = append(unknown, k)
 		}
 	}
@@ -268,21 +270,31 @@ func podTemplate(v any, path string) (*corev1.PodTemplateSpec, error) {
 		return nil, fieldErr(path, "%v", err)
 	}
 	t := &corev1.PodTemplateSpec{}
-	strict, err := sigsjson.UnmarshalStrict(b, t)
-	if err != nil {
+	if err := UnmarshalStrict(b, t); err != nil {
 		return nil, fieldErr(path, "is not a valid pod template: %v", err)
-	}
-	if len(strict) > 0 {
-		msgs := make([]string, len(strict))
-		for i, e := range strict {
-			msgs[i] = e.Error()
-		}
-		return nil, fieldErr(path, "is not a valid pod template: %s", strings.Join(msgs, "; "))
 	}
 	if len(t.Spec.Containers) == 0 {
 		return nil, fieldErr(path+".spec.containers", "needs at least one container")
 	}
 	return t, nil
+}
+
+// UnmarshalStrict decodes JSON into v and fails on unknown or duplicate fields,
+// naming each by its full path (`unknown field "spec.containers[0].imag"`), as
+// the API server's strict field validation does: a typo must not be dropped.
+func UnmarshalStrict(data []byte, v any) error {
+	strict, err := sigsjson.UnmarshalStrict(data, v)
+	if err != nil {
+		return err
+	}
+	if len(strict) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(strict))
+	for i, e := range strict {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // enumList checks a non-empty list of allowed strings and returns it deduplicated.
@@ -297,23 +309,14 @@ func enumList(v any, path string, allowed ...string) ([]string, error) {
 	var out []string
 	for i, x := range l {
 		s, ok := x.(string)
-		if !ok || !contains(allowed, s) {
+		if !ok || !slices.Contains(allowed, s) {
 			return nil, fieldErr(fmt.Sprintf("%s[%d]", path, i), "must be one of %s, got %s", strings.Join(allowed, ", "), describe(x))
 		}
-		if !contains(out, s) {
+		if !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}
 	return out, nil
-}
-
-func contains[T comparable](l []T, x T) bool {
-	for _, y := range l {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func describe(v any) string {

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +24,6 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -51,18 +49,8 @@ func Load(data []byte) (*v1alpha1.PavProvisioner, error) {
 		return nil, fmt.Errorf("not YAML or JSON: %w", err)
 	}
 	p := &v1alpha1.PavProvisioner{}
-	// sigs.k8s.io/json names the full path of an unknown field
-	// ("spec.provisioningMode"), as the API server's strict validation does.
-	strict, err := sigsjson.UnmarshalStrict(j, p)
-	if err != nil {
+	if err := phase.UnmarshalStrict(j, p); err != nil {
 		return nil, fmt.Errorf("not a PavProvisioner: %w", err)
-	}
-	if len(strict) > 0 {
-		msgs := make([]string, len(strict))
-		for i, e := range strict {
-			msgs[i] = e.Error()
-		}
-		return nil, fmt.Errorf("not a PavProvisioner: %s", strings.Join(msgs, "; "))
 	}
 	if p.Kind != "" && p.Kind != v1alpha1.Kind {
 		return nil, fmt.Errorf("kind is %q, want %s", p.Kind, v1alpha1.Kind)

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -160,33 +159,20 @@ func onStart(pod *corev1.Pod, pavDir string) error {
 	return nil
 }
 
-// makeLoopDevice attaches a sparse file of the volume's size and exposes the
-// device as /pav/volume (a block special file, as a staging pod with mknod would).
+// makeLoopDevice exposes a loop device of the volume's size as /pav/volume and
+// remembers it for the unstaging pod.
 func makeLoopDevice(pavDir, capacity string) error {
 	size, err := strconv.ParseInt(capacity, 10, 64)
 	if err != nil {
 		return fmt.Errorf("CAPACITY %q: %w", capacity, err)
 	}
-	img := filepath.Join(pavDir, "backing.img")
-	if err := os.WriteFile(img, nil, 0o600); err != nil {
-		return err
+	dev, err := fakekubelet.AttachLoop(pavDir, size)
+	if dev != "" {
+		if werr := os.WriteFile(filepath.Join(pavDir, "loop"), []byte(dev), 0o600); werr != nil && err == nil {
+			err = werr
+		}
 	}
-	if err := os.Truncate(img, size); err != nil {
-		return err
-	}
-	out, err := exec.Command("losetup", "--find", "--show", img).Output()
-	if err != nil {
-		return fmt.Errorf("losetup: %w", err)
-	}
-	dev := strings.TrimSpace(string(out))
-	if err := os.WriteFile(filepath.Join(pavDir, "loop"), []byte(dev), 0o600); err != nil {
-		return err
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(dev, &st); err != nil {
-		return err
-	}
-	return unix.Mknod(filepath.Join(pavDir, "volume"), unix.S_IFBLK|0o600, int(st.Rdev))
+	return err
 }
 
 func env(pod *corev1.Pod, name string) string {

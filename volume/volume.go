@@ -6,6 +6,7 @@ package volume
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -158,7 +159,7 @@ func Capabilities(caps []*csi.VolumeCapability) (corev1.PersistentVolumeMode, []
 		if err != nil {
 			return "", nil, err
 		}
-		if !containsMode(modes, am) {
+		if !slices.Contains(modes, am) {
 			modes = append(modes, am)
 		}
 	}
@@ -178,13 +179,4 @@ func CapabilityMode(c *csi.VolumeCapability) (corev1.PersistentVolumeMode, error
 		return corev1.PersistentVolumeFilesystem, nil
 	}
 	return "", fmt.Errorf("volume capability access type (block or mount) is required")
-}
-
-func containsMode(l []corev1.PersistentVolumeAccessMode, m corev1.PersistentVolumeAccessMode) bool {
-	for _, x := range l {
-		if x == m {
-			return true
-		}
-	}
-	return false
 }

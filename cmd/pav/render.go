@@ -279,19 +279,10 @@ func setPod(out *rendered, prov string, ph v1alpha1.Phase, key string, t *corev1
 	return nil
 }
 
-// claimRequest is what a PVC asks for, as the controller plugin reads it.
+// claimRequest is what a PVC asks for, read as the controller plugin reads it
+// (phase.FromClaim), with the StorageClass parameters and --param on top.
 func claimRequest(pvc *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass, params map[string]string) phase.Request {
-	r := phase.Request{VolumeMode: corev1.PersistentVolumeFilesystem, AccessModes: pvc.Spec.AccessModes, Params: map[string]string{}}
-	if pvc.Spec.VolumeMode != nil {
-		r.VolumeMode = *pvc.Spec.VolumeMode
-	}
-	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
-		r.MinCapacity = q.Value()
-	}
-	if q, ok := pvc.Spec.Resources.Limits[corev1.ResourceStorage]; ok {
-		v := q.Value()
-		r.MaxCapacity = &v
-	}
+	r := phase.FromClaim(phase.Request{VolumeMode: corev1.PersistentVolumeFilesystem, Params: map[string]string{}}, pvc)
 	if sc != nil {
 		for k, v := range sc.Parameters {
 			r.Params[k] = v

@@ -1,0 +1,35 @@
+package fakekubelet
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// AttachLoop does what a privileged staging pod of a Block volume does: it
+// attaches a loop device over a sparse file of size bytes in pavDir and makes
+// pavDir/volume a block special file for it. It returns the device, for
+// `losetup -d` when the volume is unstaged. Needs root and losetup.
+func AttachLoop(pavDir string, size int64) (string, error) {
+	img := filepath.Join(pavDir, "backing.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		return "", err
+	}
+	if err := os.Truncate(img, size); err != nil {
+		return "", err
+	}
+	out, err := exec.Command("losetup", "--find", "--show", img).Output()
+	if err != nil {
+		return "", fmt.Errorf("losetup: %w", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		return dev, err
+	}
+	return dev, unix.Mknod(filepath.Join(pavDir, "volume"), unix.S_IFBLK|0o600, int(st.Rdev))
+}
