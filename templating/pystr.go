@@ -554,20 +554,8 @@ func filterMinMax(isMax bool) exec.FilterFunction {
 			return st.fail(err)
 		}
 		caseSensitive := args[0] != nil && truthy(args[0])
-		var items []*exec.Value
-		switch kindOf(in) {
-		case kList:
-			items = listItems(in)
-		case kDict:
-			for _, it := range dictItems(in) {
-				items = append(items, it.key)
-			}
-		case kStr:
-			for _, r := range resolved(in).String() {
-				items = append(items, exec.AsValue(string(r)))
-			}
-		case kUndefined:
-		default:
+		items, ok := pyIter(in)
+		if !ok {
 			return st.failf("'%s' object is not iterable", typeName(in))
 		}
 		if len(items) == 0 {
@@ -603,20 +591,8 @@ func filterJoin(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value
 	if args[0] != nil {
 		sep = pyStr(args[0])
 	}
-	var items []*exec.Value
-	switch kindOf(in) {
-	case kList:
-		items = listItems(in)
-	case kDict:
-		for _, it := range dictItems(in) {
-			items = append(items, it.key)
-		}
-	case kStr:
-		for _, r := range resolved(in).String() {
-			items = append(items, exec.AsValue(string(r)))
-		}
-	case kUndefined:
-	default:
+	items, ok := pyIter(in)
+	if !ok {
 		return st.failf("can only join an iterable, not %s", typeName(in))
 	}
 	var b strings.Builder
@@ -641,4 +617,27 @@ func filterPprint(e *exec.Evaluator, in *exec.Value, _ *exec.VarArgs) *exec.Valu
 		return in
 	}
 	return exec.AsValue(pyRepr(in, 0))
+}
+
+// pyIter is Python's iteration of a value: a list's items, a dict's keys, a
+// string's characters, nothing for Undefined. ok is false for what Python
+// cannot iterate (numbers, booleans, None).
+func pyIter(in *exec.Value) (items []*exec.Value, ok bool) {
+	switch kindOf(in) {
+	case kList:
+		return listItems(in), true
+	case kDict:
+		for _, it := range dictItems(in) {
+			items = append(items, it.key)
+		}
+		return items, true
+	case kStr:
+		for _, r := range resolved(in).String() {
+			items = append(items, exec.AsValue(string(r)))
+		}
+		return items, true
+	case kUndefined:
+		return nil, true
+	}
+	return nil, false
 }
