@@ -39,9 +39,9 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzToBash$$' -fuzztime $(FUZZTIME) ./templating
-	$(GO) test -run '^$$' -fuzz '^FuzzEvaluateString$$' -fuzztime $(FUZZTIME) ./templating
-	$(GO) test -run '^$$' -fuzz '^FuzzParseCapacity$$' -fuzztime $(FUZZTIME) ./phase
+	$(GO) test -run '^$$' -fuzz '^FuzzToBash$$' -fuzztime $(FUZZTIME) ./internal/templating
+	$(GO) test -run '^$$' -fuzz '^FuzzEvaluateString$$' -fuzztime $(FUZZTIME) ./internal/templating
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCapacity$$' -fuzztime $(FUZZTIME) ./internal/phase
 
 ci: lint test e2e
 

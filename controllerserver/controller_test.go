@@ -20,11 +20,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/phase"
+	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
-	"github.com/pods-as-volumes/pav/provisioner"
-	"github.com/pods-as-volumes/pav/volume"
 )
 
 // fakeRunner records the operations it is asked to run and answers per phase.

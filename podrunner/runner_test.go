@@ -26,8 +26,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/fakekubelet"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
 )
 
 var registry = metrics.NewKubeRegistry()

@@ -29,12 +29,12 @@ import (
 
 	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/identity"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/templating"
+	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/nodeserver"
-	"github.com/pods-as-volumes/pav/phase"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/provisioner"
-	"github.com/pods-as-volumes/pav/templating"
-	"github.com/pods-as-volumes/pav/volume"
 )
 
 // Modes of `pav driver --mode`.

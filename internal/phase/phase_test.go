@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/templating"
+	"github.com/pods-as-volumes/pav/internal/templating"
 )
 
 func load(t *testing.T, spec string) *v1alpha1.PavProvisioner {

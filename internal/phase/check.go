@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/templating"
+	"github.com/pods-as-volumes/pav/internal/templating"
 )
 
 // isTemplate reports whether a value is a string that holds Jinja syntax, i.e. its

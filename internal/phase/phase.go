@@ -18,7 +18,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/templating"
+	"github.com/pods-as-volumes/pav/internal/templating"
 )
 
 // ValidationConfig is an evaluated spec.volumeValidation.

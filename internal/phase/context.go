@@ -7,7 +7,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/pods-as-volumes/pav/templating"
+	"github.com/pods-as-volumes/pav/internal/templating"
 )
 
 // Request is what a volume asks for, whatever it comes from: a PVC (dynamic
