@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 
@@ -25,9 +24,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/csimode"
+	"github.com/pods-as-volumes/pav/internal/grpcerr"
 	"github.com/pods-as-volumes/pav/internal/inflight"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/pvindex"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -35,11 +37,6 @@ import (
 // PodRunner runs one phase's pod (podrunner.Runner).
 type PodRunner interface {
 	Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error)
-}
-
-// PVLookup finds a PV by volume handle (volume.PVIndex).
-type PVLookup interface {
-	ByHandle(handle string) (*corev1.PersistentVolume, error)
 }
 
 // Server implements csi.ControllerServer.
@@ -50,7 +47,7 @@ type Server struct {
 	Eval   *phase.Evaluator
 	Pods   PodRunner
 	Client kubernetes.Interface // PVCs and StorageClasses; nil when only CSI requests are known
-	PVs    PVLookup             // nil: DeleteVolume knows only what this process created
+	PVs    pvindex.Lookup       // nil: DeleteVolume knows only what this process created
 
 	busy    inflight.Set
 	mu      sync.Mutex
@@ -84,7 +81,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume name is required")
 	}
-	mode, accessModes, err := volume.Capabilities(req.GetVolumeCapabilities())
+	mode, accessModes, err := csimode.Capabilities(req.GetVolumeCapabilities())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -151,7 +148,7 @@ func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode
 	}
 	pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return r, nil, nil, volume.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ns, name, err), codes.Unavailable)
+		return r, nil, nil, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ns, name, err), codes.Unavailable)
 	}
 	claim.PVC = pvc.DeepCopy()
 	volume.Snapshot(&claim.PVC.ObjectMeta)
@@ -162,7 +159,7 @@ func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode
 	if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
 		obj, err := s.Client.StorageV1().StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
 		if err != nil {
-			return r, nil, nil, volume.Status(fmt.Errorf("reading StorageClass %s of PVC %s/%s: %w", *sc, ns, name, err), codes.Unavailable)
+			return r, nil, nil, grpcerr.Status(fmt.Errorf("reading StorageClass %s of PVC %s/%s: %w", *sc, ns, name, err), codes.Unavailable)
 		}
 		claim.SC = obj.DeepCopy()
 		volume.Snapshot(&claim.SC.ObjectMeta)
@@ -218,38 +215,17 @@ func (s *Server) validate(ctx context.Context, p *v1alpha1.PavProvisioner, name 
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return volume.Status(err, codes.InvalidArgument)
+		return grpcerr.Status(err, codes.InvalidArgument)
 	}
-	if err := CheckRequest(cfg, r); err != nil {
-		return err
+	if err := cfg.CheckRequest(r); err != nil {
+		return grpcerr.Status(err, codes.InvalidArgument)
 	}
 	if cfg.PodTemplate == nil {
 		return nil
 	}
 	_, err = s.Pods.Run(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: name, Template: *cfg.PodTemplate})
 	if err != nil {
-		return volume.Status(fmt.Errorf("volume validation failed: %w", err), codes.InvalidArgument)
-	}
-	return nil
-}
-
-// CheckRequest applies spec.volumeValidation's modes and capacity bounds to a
-// request. For dynamic provisioning PaV compares the PVC's request with the
-// maximum and its limit with the minimum; a static PV has min = max = its size.
-func CheckRequest(cfg *phase.ValidationConfig, r phase.Request) error {
-	if !slices.Contains(cfg.VolumeModes, r.VolumeMode) {
-		return status.Errorf(codes.InvalidArgument, "volume mode %s is not supported by this provisioner (spec.volumeValidation.volumeModes: %v)", r.VolumeMode, cfg.VolumeModes)
-	}
-	for _, m := range r.AccessModes {
-		if !slices.Contains(cfg.AccessModes, m) {
-			return status.Errorf(codes.InvalidArgument, "access mode %s is not supported by this provisioner (spec.volumeValidation.accessModes: %v)", m, cfg.AccessModes)
-		}
-	}
-	if cfg.MaxCapacity != nil && r.MinCapacity > *cfg.MaxCapacity {
-		return status.Errorf(codes.OutOfRange, "requested capacity %s is above the provisioner's maximum %s (spec.volumeValidation.maxCapacity)", phase.FormatBytes(r.MinCapacity), phase.FormatBytes(*cfg.MaxCapacity))
-	}
-	if r.MaxCapacity != nil && *r.MaxCapacity < cfg.MinCapacity {
-		return status.Errorf(codes.OutOfRange, "capacity limit %s is below the provisioner's minimum %s (spec.volumeValidation.minCapacity)", phase.FormatBytes(*r.MaxCapacity), phase.FormatBytes(cfg.MinCapacity))
+		return grpcerr.Status(fmt.Errorf("volume validation failed: %w", err), codes.InvalidArgument)
 	}
 	return nil
 }
@@ -265,7 +241,7 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 	}
 	cfg, err := s.Eval.Creation(ctx, p, vars)
 	if err != nil {
-		return nil, volume.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err, codes.InvalidArgument)
 	}
 	handle, capacity := cfg.Handle, int64(0)
 	if cfg.Capacity != nil {
@@ -277,11 +253,11 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 			if isFinal(err) {
 				err = s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, fmt.Errorf("volume creation failed: %w", err))
 			}
-			return nil, volume.Status(err, codes.Internal)
+			return nil, grpcerr.Status(err, codes.Internal)
 		}
 		handle, capacity, err = fromPodFiles(res.Files, handle, capacity)
 		if err != nil {
-			return nil, volume.Status(s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, err), codes.Internal)
+			return nil, grpcerr.Status(s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, err), codes.Internal)
 		}
 	}
 	handle = orDefault(handle, claim.DefaultHandle)
@@ -298,7 +274,7 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 		if cfg.PodTemplate != nil {
 			rangeErr = s.revert(ctx, p, name, r, claim, handle, capacity, rangeErr)
 		}
-		return nil, volume.Status(rangeErr, codes.OutOfRange)
+		return nil, grpcerr.Status(rangeErr, codes.OutOfRange)
 	}
 	vc, err := volume.Context(r.Params, capacity, claim)
 	if err != nil {
@@ -381,7 +357,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	r := phase.Request{VolumeMode: claim.RequestedVolumeMode, AccessModes: claim.RequestedAccessModes,
 		MinCapacity: claim.RequestedMinCapacity, MaxCapacity: claim.RequestedMaxCapacity, Params: rec.params}
 	if err := s.runDeletion(ctx, p, "delete/"+handle, r, claim, handle, rec.capacity); err != nil {
-		return nil, volume.Status(fmt.Errorf("volume deletion failed: %w", err), codes.Internal)
+		return nil, grpcerr.Status(fmt.Errorf("volume deletion failed: %w", err), codes.Internal)
 	}
 	s.forget(handle)
 	return &csi.DeleteVolumeResponse{}, nil
@@ -463,7 +439,7 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
 	}
-	mode, modes, err := volume.Capabilities(req.GetVolumeCapabilities())
+	mode, modes, err := csimode.Capabilities(req.GetVolumeCapabilities())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -489,10 +465,10 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return nil, volume.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err, codes.InvalidArgument)
 	}
-	if err := CheckRequest(cfg, r); err != nil {
-		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+	if err := cfg.CheckRequest(r); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext:      req.GetVolumeContext(),

@@ -340,7 +340,7 @@ func TestCreateVolumeFromPVC(t *testing.T) {
 	}
 }
 
-// pvs is a PVLookup over a fixed list.
+// pvs is a pvindex.Lookup over a fixed list.
 type pvs []*corev1.PersistentVolume
 
 func (l pvs) ByHandle(h string) (*corev1.PersistentVolume, error) {

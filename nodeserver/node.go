@@ -32,11 +32,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/controllerserver"
+	"github.com/pods-as-volumes/pav/internal/csimode"
+	"github.com/pods-as-volumes/pav/internal/grpcerr"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
 	"github.com/pods-as-volumes/pav/internal/inflight"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/pvindex"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -56,8 +58,8 @@ type Server struct {
 	Source   provisioner.Source
 	Eval     *phase.Evaluator
 	Pods     PodRunner
-	Client   kubernetes.Interface      // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
-	PVs      controllerserver.PVLookup // nil without Kubernetes
+	Client   kubernetes.Interface // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
+	PVs      pvindex.Lookup       // nil without Kubernetes
 
 	busy inflight.Set
 }
@@ -155,11 +157,11 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
-	mode, err := volume.CapabilityMode(req.GetVolumeCapability())
+	mode, err := csimode.VolumeMode(req.GetVolumeCapability())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	accessMode, err := volume.KubeAccessMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+	accessMode, err := csimode.KubeAccessMode(req.GetVolumeCapability().GetAccessMode().GetMode())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -180,7 +182,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 
 	st := &staged{Handle: handle, VolumeMode: mode, Access: []corev1.PersistentVolumeAccessMode{accessMode},
 		Params: volume.UserParams(req.GetVolumeContext()), StagedAt: target,
-		ReadOnly: isReadOnly(req.GetVolumeCapability())}
+		ReadOnly: csimode.IsReadOnly(req.GetVolumeCapability())}
 	capacity, _, dynamic, err := volume.ParseContext(req.GetVolumeContext())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -201,7 +203,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	cfg, err := s.Eval.Staging(ctx, p, vars)
 	if err != nil {
-		return nil, volume.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err, codes.InvalidArgument)
 	}
 	op := s.op(p.Name, v1alpha1.PhaseStaging, handle, dir, *cfg.PodTemplate)
 	op.KeepRunning = true
@@ -221,10 +223,10 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if errors.As(err, &pf) {
 			err = s.revertStaging(ctx, p, st, objs, dir, fmt.Errorf("volume staging failed: %w", err))
 		}
-		return nil, volume.Status(err, codes.Internal)
+		return nil, grpcerr.Status(err, codes.Internal)
 	}
 	if _, err := checkVolume(dir, st); err != nil {
-		return nil, volume.Status(s.revertStaging(ctx, p, st, objs, dir, err), codes.Internal)
+		return nil, grpcerr.Status(s.revertStaging(ctx, p, st, objs, dir, err), codes.Internal)
 	}
 	st.Staged = true
 	if err := writeState(dir, st); err != nil {
@@ -349,7 +351,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, err
 	}
 	if err := s.unstage(ctx, p, st, objs, dir); err != nil {
-		return nil, volume.Status(err, codes.Internal)
+		return nil, grpcerr.Status(err, codes.Internal)
 	}
 	klog.V(2).InfoS("volume unstaged", "handle", handle)
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -367,7 +369,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
-	mode, err := volume.CapabilityMode(req.GetVolumeCapability())
+	mode, err := csimode.VolumeMode(req.GetVolumeCapability())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -402,7 +404,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	} else if err := os.MkdirAll(target, 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	readOnly := req.GetReadonly() || isReadOnly(req.GetVolumeCapability())
+	readOnly := req.GetReadonly() || csimode.IsReadOnly(req.GetVolumeCapability())
 	if err := hostmount.Bind(src, target, readOnly); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -453,13 +455,13 @@ func (s *Server) objects(ctx context.Context, handle string, st *staged) (phase.
 				objs.PVC = pvc
 				st.Access = pvc.Spec.AccessModes
 			case err != nil && !apierrors.IsNotFound(err):
-				return objs, volume.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ref.Namespace, ref.Name, err), codes.Unavailable)
+				return objs, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ref.Namespace, ref.Name, err), codes.Unavailable)
 			}
 		}
 	}
 	node, err := s.Client.CoreV1().Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
 	if err != nil {
-		return objs, volume.Status(fmt.Errorf("reading Node %s: %w", s.NodeID, err), codes.Unavailable)
+		return objs, grpcerr.Status(fmt.Errorf("reading Node %s: %w", s.NodeID, err), codes.Unavailable)
 	}
 	objs.Node = node
 	return objs, nil
@@ -485,17 +487,17 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return volume.Status(err, codes.InvalidArgument)
+		return grpcerr.Status(err, codes.InvalidArgument)
 	}
-	if err := controllerserver.CheckRequest(cfg, r); err != nil {
-		return err
+	if err := cfg.CheckRequest(r); err != nil {
+		return grpcerr.Status(err, codes.InvalidArgument)
 	}
 	if cfg.PodTemplate == nil {
 		return nil
 	}
 	op := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: s.key(st.Handle), NodeName: s.NodeID, Template: *cfg.PodTemplate}
 	if _, err := s.Pods.Run(ctx, op); err != nil {
-		return volume.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
+		return grpcerr.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
 	}
 	return nil
 }
@@ -512,14 +514,6 @@ func (s *Server) op(provisioner string, ph v1alpha1.Phase, handle, dir string, t
 func (st *staged) vars() phase.Staged {
 	return phase.Staged{VolumeMode: st.VolumeMode, AccessModes: st.Access, Capacity: st.Capacity,
 		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly}
-}
-
-func isReadOnly(c *csi.VolumeCapability) bool {
-	switch c.GetAccessMode().GetMode() {
-	case csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY:
-		return true
-	}
-	return false
 }
 
 func writeState(dir string, st *staged) error {

@@ -9,14 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/templating"
@@ -178,8 +176,8 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			return nil, err
 		}
 		v := &renderedValidation{VolumeModes: cfg.VolumeModes, AccessModes: cfg.AccessModes, MinCapacity: cfg.MinCapacity, MaxCapacity: cfg.MaxCapacity, Result: "the request passes spec.volumeValidation"}
-		if err := controllerserver.CheckRequest(cfg, r); err != nil {
-			v.Result = "REJECTED: " + statusMessage(err)
+		if err := cfg.CheckRequest(r); err != nil {
+			v.Result = "REJECTED: " + err.Error()
 		}
 		out.Validation = v
 		return out, setPod(out, p.Name, ph, "validation", cfg.PodTemplate, "", in.reportImage)
@@ -332,5 +330,3 @@ func (o offlinePVCs) GetPVC(_ context.Context, namespace, name string) (map[stri
 	}
 	return phase.ObjectVar(o.pvc)
 }
-
-func statusMessage(err error) string { return status.Convert(err).Message() }

@@ -31,8 +31,8 @@ import (
 	"github.com/pods-as-volumes/pav/identity"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/pvindex"
 	"github.com/pods-as-volumes/pav/internal/templating"
-	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/nodeserver"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -116,9 +116,9 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		pvcs = pvcGetter{d.Client}
 	}
 	eval := phase.NewEvaluator(pvcs)
-	var pvIndex *volume.PVIndex
+	var pvIndex *pvindex.Index
 	if d.Client != nil {
-		pvIndex = volume.NewPVIndex(d.Client, name)
+		pvIndex = pvindex.New(d.Client, name)
 		if err := pvIndex.Start(ctx); err != nil {
 			return nil, nil, err
 		}

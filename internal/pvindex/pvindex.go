@@ -1,4 +1,7 @@
-package volume
+// Package pvindex finds a driver's PersistentVolumes by volume handle:
+// DeleteVolume, ValidateVolumeCapabilities and NodeStageVolume only know the
+// handle.
+package pvindex
 
 import (
 	"context"
@@ -11,18 +14,23 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// Lookup finds a PV by volume handle (Index; a fixed list in tests). It returns
+// nil, nil when there is none.
+type Lookup interface {
+	ByHandle(handle string) (*corev1.PersistentVolume, error)
+}
+
 const handleIndex = "pav.handle"
 
-// PVIndex finds this driver's PersistentVolumes by volume handle from an informer
-// cache: DeleteVolume and NodeStageVolume only know the handle, and listing every
-// PV per call does not scale.
-type PVIndex struct {
+// Index finds this driver's PersistentVolumes by volume handle from an informer
+// cache: listing every PV per call does not scale.
+type Index struct {
 	driver   string
 	informer cache.SharedIndexInformer
 }
 
-// NewPVIndex indexes the PVs whose spec.csi.driver is driver.
-func NewPVIndex(client kubernetes.Interface, driver string) *PVIndex {
+// New indexes the PVs whose spec.csi.driver is driver.
+func New(client kubernetes.Interface, driver string) *Index {
 	f := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	inf := f.Core().V1().PersistentVolumes().Informer()
 	_ = inf.AddIndexers(cache.Indexers{handleIndex: func(obj any) ([]string, error) {
@@ -40,11 +48,11 @@ func NewPVIndex(client kubernetes.Interface, driver string) *PVIndex {
 		}
 		return obj, nil
 	})
-	return &PVIndex{driver: driver, informer: inf}
+	return &Index{driver: driver, informer: inf}
 }
 
 // Start runs the informer until ctx ends and waits for the first sync.
-func (x *PVIndex) Start(ctx context.Context) error {
+func (x *Index) Start(ctx context.Context) error {
 	go x.informer.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), x.informer.HasSynced) {
 		return fmt.Errorf("PersistentVolume informer did not sync")
@@ -54,7 +62,7 @@ func (x *PVIndex) Start(ctx context.Context) error {
 
 // ByHandle returns the PV of a handle, or nil when there is none. Two PVs with one
 // handle (a static PV copied by hand) is an error: pav cannot tell which is meant.
-func (x *PVIndex) ByHandle(handle string) (*corev1.PersistentVolume, error) {
+func (x *Index) ByHandle(handle string) (*corev1.PersistentVolume, error) {
 	objs, err := x.informer.GetIndexer().ByIndex(handleIndex, handle)
 	if err != nil {
 		return nil, err
