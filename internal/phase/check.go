@@ -2,7 +2,8 @@ package phase
 
 import (
 	"fmt"
-	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/templating"
@@ -12,7 +13,7 @@ import (
 // value is only known once evaluated for a volume.
 func isTemplate(v any) bool {
 	s, ok := v.(string)
-	return ok && (strings.Contains(s, "{{") || strings.Contains(s, "{%") || strings.Contains(s, "{#"))
+	return ok && templating.IsTemplate(s)
 }
 
 // Check finds what is wrong with a PavProvisioner before any volume is involved:
@@ -101,19 +102,17 @@ func checkLiteral(ph v1alpha1.Phase, data any, path string, dynamic bool) error 
 	return nil
 }
 
+// checkName checks metadata.name, which is also the CSI driver name, as a DNS
+// label, naming the field and what makes a valid name.
 func checkName(name string) error {
 	const path = "metadata.name"
-	if name == "" {
+	switch {
+	case name == "":
 		return fieldErr(path, "is required (it is also the CSI driver name)")
-	}
-	if len(name) > 63 {
-		return fieldErr(path, "must be at most 63 characters (a DNS label), got %d", len(name))
-	}
-	for i, r := range name {
-		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' && i > 0 && i < len(name)-1
-		if !ok {
-			return fieldErr(path, "%q must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit", name)
-		}
+	case len(name) > validation.DNS1123LabelMaxLength:
+		return fieldErr(path, "must be at most %d characters (a DNS label), got %d", validation.DNS1123LabelMaxLength, len(name))
+	case len(validation.IsDNS1123Label(name)) > 0:
+		return fieldErr(path, "%q must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit", name)
 	}
 	return nil
 }

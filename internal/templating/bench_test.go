@@ -103,7 +103,7 @@ func BenchmarkCheck(b *testing.B) {
 	tree := benchTree()
 	b.ReportAllocs()
 	for b.Loop() {
-		cache = newLRU(cacheSize)
+		cache.Clear()
 		if err := Check(tree, "spec.volumeStaging"); err != nil {
 			b.Fatal(err)
 		}

@@ -14,7 +14,6 @@
 package templating
 
 import (
-	"container/list"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,7 +21,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
 	controlStructures "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
@@ -31,6 +29,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/loaders"
 	"github.com/nikolalohinski/gonja/v2/nodes"
 	"github.com/nikolalohinski/gonja/v2/parser"
+	"k8s.io/utils/lru"
 )
 
 // Vars is an evaluation context. Values are JSON-shaped: map[string]any,
@@ -111,7 +110,7 @@ func (e *Engine) evaluate(ctx context.Context, value any, vars Vars, depth int) 
 	}
 	switch v := value.(type) {
 	case string:
-		if !isTemplate(v) {
+		if !IsTemplate(v) {
 			if l := literal(v); l != v {
 				return l, nil
 			}
@@ -194,7 +193,7 @@ func check(value any, path string, depth int) error {
 	}
 	switch v := value.(type) {
 	case string:
-		if !isTemplate(v) {
+		if !IsTemplate(v) {
 			return nil
 		}
 		if _, err := compile(v); err != nil {
@@ -248,10 +247,11 @@ func isPlainKey(key string) bool {
 	return key != ""
 }
 
-// isTemplate reports whether s has any Jinja syntax. Strings without it
+// IsTemplate reports whether s has any Jinja syntax (a {{, {% or {# opener),
+// i.e. whether its value is only known once evaluated. Strings without it
 // render as themselves (after newline normalization), which skips parsing
 // and caching for the majority of pod-template strings.
-func isTemplate(s string) bool {
+func IsTemplate(s string) bool {
 	return strings.Contains(s, "{{") || strings.Contains(s, "{%") || strings.Contains(s, "{#")
 }
 
@@ -267,7 +267,7 @@ func literal(s string) string {
 }
 
 func (e *Engine) evaluateString(ctx context.Context, src string, vars Vars) (any, error) {
-	if !isTemplate(src) {
+	if !IsTemplate(src) {
 		return literal(src), nil
 	}
 	tpl, err := compile(src)
@@ -545,10 +545,13 @@ type compiled struct {
 // syntax are cached; a provisioner has a few dozen.
 const cacheSize = 2048
 
-var cache = newLRU(cacheSize)
+// cache holds parse results (failures too: a broken template is checked on
+// every update of its provisioner) by source; lru.Cache is safe for concurrent use.
+var cache = lru.New(cacheSize)
 
 func compile(src string) (*template, error) {
-	if c, ok := cache.get(src); ok {
+	if v, ok := cache.Get(src); ok {
+		c := v.(compiled)
 		return c.t, c.err
 	}
 	var t *template
@@ -556,7 +559,7 @@ func compile(src string) (*template, error) {
 	if err == nil {
 		t = &template{tpl: tpl, mentionsYAML: strings.Contains(src, "yaml")}
 	}
-	cache.put(src, compiled{t, err})
+	cache.Add(src, compiled{t, err})
 	return t, err
 }
 
@@ -604,46 +607,4 @@ func checkNesting(src string) error {
 		}
 	}
 	return nil
-}
-
-type lru struct {
-	mu    sync.Mutex
-	max   int
-	order *list.List // front = most recently used
-	items map[string]*list.Element
-}
-
-type lruEntry struct {
-	key string
-	val compiled
-}
-
-func newLRU(max int) *lru {
-	return &lru{max: max, order: list.New(), items: map[string]*list.Element{}}
-}
-
-func (c *lru) get(key string) (compiled, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.items[key]; ok {
-		c.order.MoveToFront(e)
-		return e.Value.(*lruEntry).val, true
-	}
-	return compiled{}, false
-}
-
-func (c *lru) put(key string, val compiled) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.items[key]; ok {
-		c.order.MoveToFront(e)
-		e.Value.(*lruEntry).val = val
-		return
-	}
-	c.items[key] = c.order.PushFront(&lruEntry{key, val})
-	for c.order.Len() > c.max {
-		last := c.order.Back()
-		c.order.Remove(last)
-		delete(c.items, last.Value.(*lruEntry).key)
-	}
 }

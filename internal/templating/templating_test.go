@@ -625,3 +625,27 @@ func TestNormalize(t *testing.T) {
 		t.Fatal("input modified")
 	}
 }
+
+// Parsing is cached by source, failures included, and the cache is bounded.
+func TestCompileCache(t *testing.T) {
+	cache.Clear()
+	t.Cleanup(cache.Clear)
+	a, err := compile("{{ cached }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := compile("{{ cached }}"); b != a {
+		t.Error("a second compile of the same source parsed it again")
+	}
+	_, err1 := compile("{{ broken")
+	_, err2 := compile("{{ broken")
+	if err1 == nil || err1 != err2 {
+		t.Errorf("a parse failure is not cached: %v, %v", err1, err2)
+	}
+	for i := range cacheSize + 10 {
+		_, _ = compile(fmt.Sprintf("{{ x%d }}", i))
+	}
+	if n := cache.Len(); n != cacheSize {
+		t.Errorf("cache holds %d templates, want at most %d", n, cacheSize)
+	}
+}
