@@ -121,13 +121,38 @@ func (s *PavProvisionerSpec) HasMode(m ProvisioningMode) bool {
 	return false
 }
 
-// PavProvisionerStatus reports what the drivers found when they loaded the object.
+// PavProvisionerStatus is written by the pav manager (`pav manager`) only.
 type PavProvisionerStatus struct {
 	// ObservedGeneration is the generation the conditions describe.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: "Valid" (literal values and template syntax check out).
+	// Conditions: ConditionValid, ConditionReady, ConditionTerminating.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Volumes counts the PersistentVolumes of this provisioner's CSI driver (a
+	// pointer so that 0 shows).
+	Volumes *int32 `json:"volumes,omitempty"`
+	// LastValidGeneration is the generation LastValidSpec was copied from.
+	LastValidGeneration int64 `json:"lastValidGeneration,omitempty"`
+	// LastValidSpec is the newest spec that passed phase.Check. The drivers delete
+	// and unstage existing volumes with it while the current spec is invalid, also
+	// after a restart (spec §6: an invalid edit never blocks that).
+	LastValidSpec *PavProvisionerSpec `json:"lastValidSpec,omitempty"`
 }
+
+// Condition types of PavProvisionerStatus.
+const (
+	// ConditionValid: the spec's literal values and template syntax check out.
+	ConditionValid = "Valid"
+	// ConditionReady: the controller plugin has a ready replica and every
+	// scheduled node plugin pod is available.
+	ConditionReady = "Ready"
+	// ConditionTerminating: the object is being deleted; the message says what the
+	// deletion waits for.
+	ConditionTerminating = "Terminating"
+)
+
+// FinalizerVolumes keeps a PavProvisioner while anything still needs its drivers
+// (spec §6); the pav manager adds and removes it.
+const FinalizerVolumes = GroupName + "/volumes"
 
 // Value is an arbitrary JSON value (object, list, string, number, bool) kept in
 // the form encoding/json decodes it to: map[string]any, []any, string, float64,
