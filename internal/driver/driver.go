@@ -111,7 +111,7 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		}
 		src = provisioner.Static{P: p}
 	} else {
-		w := provisioner.NewWatch(d.Dynamic, o.Provisioner, o.Mode != ModeNode)
+		w := provisioner.NewWatch(d.Dynamic, o.Provisioner)
 		if err := w.Start(ctx); err != nil {
 			return nil, nil, err
 		}

@@ -1,12 +1,12 @@
 // Package provisioner keeps the one PavProvisioner a driver serves: read from a
 // file, or read and watched through the API so that edits apply without a restart.
-// Every version is checked (phase.Check) before it is used; a broken edit keeps no
-// volume operation from failing with a readable reason, and never stops the driver.
+// Every version is checked (phase.Check) before it is used; a broken edit makes new
+// volumes fail with a readable reason, never stops the driver, and never blocks
+// deleting or unstaging existing volumes (they use the last valid version).
 package provisioner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -14,12 +14,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -34,10 +32,11 @@ import (
 type Source interface {
 	// Name is the provisioner's name, which is also the CSI driver name.
 	Name() string
-	// Get returns the current, checked provisioner, or a gRPC status error:
-	// Unavailable while it is not loaded, FailedPrecondition when it is invalid or
-	// gone. forNewVolumes also refuses a provisioner that is being deleted (spec §6:
-	// no new provisioning or staging, but deletion and unstaging go on).
+	// Get returns the checked provisioner to use, or a gRPC status error:
+	// Unavailable while it is not loaded, FailedPrecondition when it is gone or
+	// (forNewVolumes) invalid or being deleted. Spec §6: no new provisioning or
+	// staging then, but deletion and unstaging (forNewVolumes false) go on, with
+	// the last valid spec when the current one is invalid.
 	Get(forNewVolumes bool) (*v1alpha1.PavProvisioner, error)
 }
 
@@ -86,22 +85,26 @@ func (s Static) Get(bool) (*v1alpha1.PavProvisioner, error) { return s.P, nil }
 
 // Watch is a Source that follows one PavProvisioner object through an informer
 // restricted to its name.
+//
+// An edit that makes the spec invalid refuses new volumes and staging, but never
+// blocks deleting or unstaging existing ones (spec §6): for those, Get(false)
+// keeps giving the last valid spec. That is the newest valid generation this
+// driver saw, or the copy the pav manager keeps in status.lastValidSpec, which
+// survives a driver restart.
 type Watch struct {
-	name         string
-	client       dynamic.Interface
-	reportStatus bool
+	name   string
+	client dynamic.Interface
 
-	mu      sync.RWMutex
-	current *v1alpha1.PavProvisioner // last version that passed the check
-	err     error                    // why the latest version is not usable, if it is not
-	synced  bool
+	mu       sync.RWMutex
+	current  *v1alpha1.PavProvisioner // the latest version, if it passed the check
+	lastGood *v1alpha1.PavProvisioner // the newest version that passed it (deletion and unstaging)
+	err      error                    // why the latest version is not usable, if it is not
+	synced   bool
 }
 
-// NewWatch follows the PavProvisioner called name. With reportStatus (one writer:
-// the controller plugin) the check's outcome is written to the object's
-// status.conditions as condition "Valid".
-func NewWatch(client dynamic.Interface, name string, reportStatus bool) *Watch {
-	return &Watch{name: name, client: client, reportStatus: reportStatus}
+// NewWatch follows the PavProvisioner called name.
+func NewWatch(client dynamic.Interface, name string) *Watch {
+	return &Watch{name: name, client: client}
 }
 
 func (w *Watch) Name() string { return w.name }
@@ -114,10 +117,13 @@ func (w *Watch) Start(ctx context.Context) error {
 		})
 	inf := factory.ForResource(v1alpha1.GroupVersionResource).Informer()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.update(ctx, obj) },
-		UpdateFunc: func(_, obj any) { w.update(ctx, obj) },
+		AddFunc:    w.update,
+		UpdateFunc: func(_, obj any) { w.update(obj) },
 		DeleteFunc: func(any) {
-			w.set(nil, status.Errorf(codes.FailedPrecondition, "PavProvisioner %q was deleted", w.name))
+			w.mu.Lock()
+			w.current, w.lastGood = nil, nil
+			w.err = status.Errorf(codes.FailedPrecondition, "PavProvisioner %q was deleted", w.name)
+			w.mu.Unlock()
 		},
 	})
 	if err != nil {
@@ -136,77 +142,80 @@ func (w *Watch) Start(ctx context.Context) error {
 	return nil
 }
 
-func (w *Watch) update(ctx context.Context, obj any) {
+func (w *Watch) update(obj any) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return
 	}
 	p := &v1alpha1.PavProvisioner{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
-		w.set(nil, status.Errorf(codes.FailedPrecondition, "PavProvisioner %q cannot be read: %v", w.name, err))
+		w.mu.Lock()
+		w.current, w.err = nil, status.Errorf(codes.FailedPrecondition, "PavProvisioner %q cannot be read: %v", w.name, err)
+		w.mu.Unlock()
 		return
 	}
 	checkErr := phase.Check(p)
-	if checkErr != nil {
-		klog.ErrorS(checkErr, "PavProvisioner is invalid; volume operations will fail until it is fixed", "provisioner", w.name, "generation", p.Generation)
-		// Keep nothing of a broken version: running volume operations on an older
-		// version the user has replaced would be surprising.
-		w.set(nil, status.Errorf(codes.FailedPrecondition, "PavProvisioner %q is invalid: %v", w.name, checkErr))
-	} else {
-		klog.InfoS("PavProvisioner loaded", "provisioner", w.name, "generation", p.Generation)
-		w.set(p, nil)
-	}
-	if w.reportStatus {
-		// In the handler, not a goroutine: events arrive in order, so the last
-		// version checked is the status that stays.
-		w.writeStatus(ctx, p, checkErr)
-	}
-}
-
-func (w *Watch) set(p *v1alpha1.PavProvisioner, err error) {
 	w.mu.Lock()
-	w.current, w.err = p, err
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	if checkErr == nil {
+		klog.InfoS("PavProvisioner loaded", "provisioner", w.name, "generation", p.Generation)
+		w.current, w.lastGood, w.err = p, p, nil
+		return
+	}
+	w.current = nil
+	w.err = status.Errorf(codes.FailedPrecondition, "PavProvisioner %q is invalid: %v", w.name, checkErr)
+	if saved := lastValid(p); saved != nil && (w.lastGood == nil || saved.Generation > w.lastGood.Generation) {
+		w.lastGood = saved
+	} else if w.lastGood != nil {
+		// Same spec, newer metadata (a deletion timestamp, for one).
+		old := w.lastGood
+		w.lastGood = &v1alpha1.PavProvisioner{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta, Spec: old.Spec}
+		w.lastGood.Generation = old.Generation
+	}
+	if w.lastGood != nil {
+		klog.ErrorS(checkErr, "PavProvisioner is invalid: new volumes and staging are refused until it is fixed; deletion and unstaging go on with the last valid spec",
+			"provisioner", w.name, "generation", p.Generation, "lastValidGeneration", w.lastGood.Generation)
+	} else {
+		klog.ErrorS(checkErr, "PavProvisioner is invalid and no valid spec is known: volume operations fail until it is fixed",
+			"provisioner", w.name, "generation", p.Generation)
+	}
 }
 
+// lastValid is the spec the pav manager saved in status.lastValidSpec, with the
+// object's current metadata, if it (still) passes the check.
+func lastValid(p *v1alpha1.PavProvisioner) *v1alpha1.PavProvisioner {
+	if p.Status.LastValidSpec == nil {
+		return nil
+	}
+	saved := &v1alpha1.PavProvisioner{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta, Spec: *p.Status.LastValidSpec}
+	saved.Generation = p.Status.LastValidGeneration
+	if err := phase.Check(saved); err != nil {
+		klog.ErrorS(err, "status.lastValidSpec does not pass the check; ignored", "provisioner", p.Name)
+		return nil
+	}
+	return saved
+}
+
+// Get gives the provisioner to use. forNewVolumes (provisioning, staging) needs
+// the latest version to be valid and not being deleted; deletion and unstaging
+// (forNewVolumes false) get the last valid version.
 func (w *Watch) Get(forNewVolumes bool) (*v1alpha1.PavProvisioner, error) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if !w.synced {
 		return nil, status.Errorf(codes.Unavailable, "PavProvisioner %q is not loaded yet", w.name)
 	}
+	if !forNewVolumes {
+		if w.lastGood != nil {
+			return w.lastGood, nil
+		}
+		return nil, w.err
+	}
 	if w.err != nil {
 		return nil, w.err
 	}
-	if forNewVolumes && w.current.DeletionTimestamp != nil {
+	if w.current.DeletionTimestamp != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "the PavProvisioner %q is being deleted", w.name)
 	}
 	return w.current, nil
-}
-
-// writeStatus records the check's outcome as condition Valid, so `kubectl get pav`
-// shows a broken provisioner without reading driver logs.
-func (w *Watch) writeStatus(ctx context.Context, p *v1alpha1.PavProvisioner, checkErr error) {
-	cond := metav1.Condition{Type: "Valid", Status: metav1.ConditionTrue, Reason: "Checked",
-		Message: "literal values and template syntax are valid", ObservedGeneration: p.Generation}
-	if checkErr != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Invalid", checkErr.Error()
-	}
-	old := meta.FindStatusCondition(p.Status.Conditions, "Valid")
-	if old != nil && old.Status == cond.Status && old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
-		return
-	}
-	conds := append([]metav1.Condition(nil), p.Status.Conditions...)
-	meta.SetStatusCondition(&conds, cond)
-	st := v1alpha1.PavProvisionerStatus{ObservedGeneration: p.Generation, Conditions: conds}
-	// A merge patch of the status subresource touches nothing else and needs no
-	// resourceVersion: the newest check always wins.
-	patch, err := json.Marshal(map[string]any{"status": st})
-	if err != nil {
-		klog.ErrorS(err, "cannot encode status")
-		return
-	}
-	if _, err := w.client.Resource(v1alpha1.GroupVersionResource).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		klog.V(2).InfoS("could not update PavProvisioner status", "provisioner", p.Name, "err", err)
-	}
 }
