@@ -1,5 +1,6 @@
-// Command pav is Pods-as-Volumes: one binary for the CSI driver (`pav driver`),
-// the report sidecar its pods carry (`pav report`), and the offline tools that
+// Command pav is Pods-as-Volumes: one binary for the manager that deploys every
+// PavProvisioner (`pav manager`), the CSI driver (`pav driver`), the report
+// sidecar its pods carry (`pav report`), and the offline tools that
 // show a provisioner author what their templates produce (`pav template`,
 // `pav render`).
 package main
@@ -14,11 +15,12 @@ import (
 )
 
 // version is set at build time: -ldflags "-X main.version=v0.1.0".
-var version = "v0.1.0-dev"
+var version = "v0.2.0-dev"
 
 const usage = `pav — Pods-as-Volumes: volume provisioners written as pod templates.
 
 Usage:
+  pav manager  [--config FILE] [flags]                                  deploy every PavProvisioner's drivers, guard deletion, write status
   pav driver   --provisioner NAME --mode controller|node|all [flags]   serve the CSI driver
   pav render   -f provisioner.yaml --phase PHASE [inputs]               show a phase's pod as pav would submit it
   pav template [FILE|-] [--vars FILE]                                   evaluate every string of a YAML document
@@ -41,6 +43,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	switch args[0] {
+	case "manager":
+		return runManager(ctx, args[1:], stderr)
 	case "driver":
 		return runDriver(ctx, args[1:], stderr)
 	case "render":

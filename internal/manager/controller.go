@@ -1,0 +1,262 @@
+// Package manager is `pav manager`: it turns every PavProvisioner into its
+// CSIDriver, controller StatefulSet and node DaemonSet (the manifests of
+// deploy/provisioner, embedded), guards PavProvisioner deletion (spec §6) and is
+// the only writer of PavProvisioner status.
+//
+// It is a plain client-go controller: informers (no polling), one rate-limited
+// workqueue keyed by provisioner name, server-side apply with owner references,
+// events, and leader election so that only one replica acts.
+package manager
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/podrunner"
+)
+
+// Config of a Controller.
+type Config struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Namespace is the manager's own: the workloads go there, next to the
+	// drivers' ServiceAccounts.
+	Namespace string
+	Settings  Settings
+	Recorder  record.EventRecorder
+	// Resync re-delivers every PavProvisioner from the cache this often (no API
+	// call); 0 never does.
+	Resync time.Duration
+}
+
+// Controller reconciles PavProvisioners.
+type Controller struct {
+	cfg   Config
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	provisioners cache.GenericLister
+	statefulSets appslisters.StatefulSetNamespaceLister
+	daemonSets   appslisters.DaemonSetNamespaceLister
+	csiDrivers   storagelisters.CSIDriverLister
+	pvs          cache.Indexer
+	pods         cache.Indexer
+	guards       []guard
+
+	start  []func(<-chan struct{})
+	synced []cache.InformerSynced
+}
+
+// New sets up the informers and their event handlers; Start runs them.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Namespace == "" {
+		return nil, fmt.Errorf("the manager's namespace is required (POD_NAMESPACE or --namespace)")
+	}
+	c := &Controller{cfg: cfg, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "pav-manager"})}
+
+	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
+	provInf := dyn.ForResource(v1alpha1.GroupVersionResource)
+	c.provisioners = provInf.Lister()
+
+	// The workloads keep their managedFields: the manager reads what it owns
+	// from them to skip applies that would change nothing.
+	inNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace))
+	stsInf := inNS.Apps().V1().StatefulSets()
+	dsInf := inNS.Apps().V1().DaemonSets()
+	c.statefulSets = stsInf.Lister().StatefulSets(cfg.Namespace)
+	c.daemonSets = dsInf.Lister().DaemonSets(cfg.Namespace)
+
+	// CSIDrivers are few; all of them are watched, so that a driver of the same
+	// name that pav did not make is seen (and never taken over).
+	all := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithTransform(dropManagedFields))
+	csiInf := all.Storage().V1().CSIDrivers()
+	c.csiDrivers = csiInf.Lister()
+	pvInf := all.Core().V1().PersistentVolumes().Informer()
+	if err := pvInf.AddIndexers(cache.Indexers{indexByDriver: pvByDriver}); err != nil {
+		return nil, err
+	}
+	c.pvs = pvInf.GetIndexer()
+
+	// Only pav's operation pods (they carry the provisioner label).
+	podsF := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithTransform(dropManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = podrunner.LabelProvisioner }))
+	podInf := podsF.Core().V1().Pods().Informer()
+	if err := podInf.AddIndexers(cache.Indexers{indexByProvisioner: podByProvisioner}); err != nil {
+		return nil, err
+	}
+	c.pods = podInf.GetIndexer()
+	c.guards = []guard{pvGuard(c.pvs), podGuard(c.pods)}
+
+	for _, h := range []struct {
+		inf  cache.SharedIndexInformer
+		keys func(any) []string
+	}{
+		{provInf.Informer(), func(o any) []string { return nameOf(o) }},
+		{stsInf.Informer(), ownerKeys},
+		{dsInf.Informer(), ownerKeys},
+		{csiInf.Informer(), func(o any) []string { return nameOf(o) }},
+		{pvInf, pvKeys},
+		{podInf, podKeys},
+	} {
+		keys := h.keys
+		enqueue := func(o any) {
+			for _, k := range keys(o) {
+				c.queue.Add(k)
+			}
+		}
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueue,
+			UpdateFunc: func(_, o any) { enqueue(o) },
+			DeleteFunc: enqueue,
+		}); err != nil {
+			return nil, err
+		}
+		c.synced = append(c.synced, h.inf.HasSynced)
+	}
+	c.start = []func(<-chan struct{}){dyn.Start, inNS.Start, all.Start, podsF.Start}
+	return c, nil
+}
+
+// Start runs the informers until ctx ends and waits for their first sync.
+func (c *Controller) Start(ctx context.Context) error {
+	for _, s := range c.start {
+		s(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("the manager's informers did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// HasSynced reports whether every informer has synced (the /readyz check).
+func (c *Controller) HasSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run processes the queue with workers goroutines until ctx ends and they have
+// finished; one key is never reconciled by two workers at once (the workqueue
+// guarantees it).
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	go func() {
+		<-ctx.Done()
+		c.queue.ShutDown()
+	}()
+	klog.InfoS("pav manager reconciling", "workers", workers, "namespace", c.cfg.Namespace)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for c.processNext(ctx) {
+				}
+			}, time.Second)
+		})
+	}
+	// Returns once no reconcile is running any more, so that a successor (after
+	// the Lease is released) never works beside this one.
+	wg.Wait()
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+	if err := c.reconcile(ctx, name); err != nil {
+		klog.ErrorS(err, "reconcile failed; retrying", "provisioner", name, "retries", c.queue.NumRequeues(name))
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	return true
+}
+
+// Event keys: every object maps to the name(s) of the PavProvisioner(s) it concerns.
+
+func object(o any) (metav1.Object, bool) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	m, ok := o.(metav1.Object)
+	return m, ok
+}
+
+// nameOf: a PavProvisioner, or a CSIDriver (named after its provisioner).
+func nameOf(o any) []string {
+	if m, ok := object(o); ok {
+		return []string{m.GetName()}
+	}
+	return nil
+}
+
+// ownerKeys: a workload's controlling PavProvisioner, and the provisioner its
+// instance label names (also set on objects pav did not make, which the
+// provisioner of that name must notice).
+func ownerKeys(o any) []string {
+	m, ok := object(o)
+	if !ok {
+		return nil
+	}
+	var keys []string
+	if ref := metav1.GetControllerOfNoCopy(m); ref != nil && ref.Kind == v1alpha1.Kind {
+		keys = append(keys, ref.Name)
+	}
+	if n := m.GetLabels()[labelInstance]; n != "" {
+		keys = append(keys, n)
+	}
+	return keys
+}
+
+func pvKeys(o any) []string {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Spec.CSI != nil {
+		return []string{pv.Spec.CSI.Driver}
+	}
+	return nil
+}
+
+func podKeys(o any) []string {
+	if m, ok := object(o); ok && m.GetLabels()[podrunner.LabelProvisioner] != "" {
+		return []string{m.GetLabels()[podrunner.LabelProvisioner]}
+	}
+	return nil
+}
+
+// dropManagedFields halves the memory of cached PVs and pods, which the manager
+// only counts. (CSIDrivers keep theirs: the manager reads what it owns from them.)
+func dropManagedFields(o any) (any, error) {
+	switch t := o.(type) {
+	case *corev1.PersistentVolume:
+		t.ManagedFields = nil
+	case *corev1.Pod:
+		t.ManagedFields = nil
+	}
+	return o, nil
+}

@@ -1,0 +1,222 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Options are `pav manager`'s flags.
+type Options struct {
+	Kubeconfig   string // "" = in-cluster
+	Namespace    string // the manager's namespace: workloads and the Lease
+	ConfigFile   string // settings (ConfigMap pav-manager); "" = none
+	Overrides    Overrides
+	HTTPEndpoint string // /healthz and /readyz; "" = none
+	LeaderElect  bool
+	LeaseName    string
+	Workers      int
+	Version      string
+}
+
+// Validate names the flag to fix.
+func (o *Options) Validate() error {
+	switch {
+	case o.Namespace == "":
+		return errors.New("--namespace is required (default: $POD_NAMESPACE)")
+	case o.Workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
+	case o.LeaderElect && o.LeaseName == "":
+		return errors.New("--lease-name is required with --leader-elect")
+	}
+	return nil
+}
+
+// Leader election timing (client-go's usual values): a new leader takes over
+// at most LeaseDuration after the old one stopped renewing.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = 2 * time.Second
+)
+
+// Run is `pav manager`: it reconciles until ctx ends (or leadership is lost,
+// which is an error: the process exits and its restart campaigns again).
+func Run(ctx context.Context, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	var settings Settings
+	if o.ConfigFile != "" {
+		s, err := LoadSettings(o.ConfigFile)
+		if err != nil {
+			return err
+		}
+		settings = s
+	}
+	settings, err := o.Overrides.Apply(settings)
+	if err != nil {
+		return fmt.Errorf("flags: %w", err)
+	}
+	cfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "pav-manager/" + o.Version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+
+	c, err := New(Config{Kube: kube, Dynamic: dyn, Namespace: o.Namespace, Settings: settings, Recorder: recorder,
+		Resync: 10 * time.Minute})
+	if err != nil {
+		return err
+	}
+	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	if o.HTTPEndpoint != "" {
+		hs := healthServer(o.HTTPEndpoint, c, watchdog)
+		go func() {
+			if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.ErrorS(err, "HTTP endpoint failed", "address", o.HTTPEndpoint)
+			}
+		}()
+		defer hs.Close()
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	shown, _ := json.Marshal(settings)
+	klog.InfoS("pav manager started", "version", o.Version, "namespace", o.Namespace, "settings", string(shown))
+	if !o.LeaderElect {
+		c.Run(ctx, o.Workers)
+		return nil
+	}
+
+	id := os.Getenv("POD_NAME")
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	id += "_" + rand.String(8)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: o.LeaseName, Namespace: o.Namespace},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	// On shutdown the workers stop first and only then is the Lease released
+	// (ReleaseOnCancel), so that a successor never works beside this manager;
+	// the election itself runs on its own context for that.
+	leCtx, leCancel := context.WithCancel(context.Background())
+	defer leCancel()
+	stopped := make(chan struct{})
+	var isLeader atomic.Bool
+	go func() {
+		<-ctx.Done()
+		if !isLeader.Load() {
+			leCancel()
+			return
+		}
+		select {
+		case <-stopped:
+		case <-time.After(renewDeadline):
+		}
+		leCancel()
+	}()
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: FieldManager, WatchDog: watchdog,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
+		// A rolling update hands over at once instead of after LeaseDuration.
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leading context.Context) {
+				isLeader.Store(true)
+				klog.InfoS("became the leader", "identity", id)
+				work, cancel := context.WithCancel(leading)
+				defer cancel()
+				go func() {
+					select {
+					case <-ctx.Done():
+					case <-leading.Done():
+					}
+					cancel()
+				}()
+				c.Run(work, o.Workers)
+				close(stopped)
+			},
+			OnStoppedLeading: func() { klog.InfoS("stopped leading", "identity", id) },
+			OnNewLeader: func(leader string) {
+				if leader != id {
+					klog.InfoS("another manager leads", "leader", leader)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	le.Run(leCtx)
+	if ctx.Err() == nil {
+		return errors.New("lost the leader election Lease: exiting so that a restart campaigns again")
+	}
+	return nil
+}
+
+// healthServer: /healthz (alive; fails when the leader stopped renewing its
+// Lease) and /readyz (informers synced).
+func healthServer(addr string, c *Controller, watchdog *leaderelection.HealthzAdaptor) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := watchdog.Check(r); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !c.HasSynced() {
+			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("not running in a cluster, give --kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
