@@ -1,0 +1,32 @@
+# syntax=docker/dockerfile:1
+# The pav image: one static binary for every role — `pav manager` (Deployment),
+# `pav driver --mode=controller|node` (per-provisioner StatefulSet and DaemonSet) and
+# `pav report`, the sidecar pav adds to the pods of a provisioner.
+#
+#   docker build -t ghcr.io/pods-as-volumes/pav:v0.2.0 .
+#   docker build --build-arg VERSION=v0.2.1 -t my.registry/pav:v0.2.1 .   (then set
+#   images.pav in deploy/manager/config.yaml and the manager's image in deploy/)
+#
+# The image's user stays root: the node plugin mounts (as root, privileged) and the report
+# sidecar must read /pav files in whatever user's pod runs it; the manager and the
+# controller plugin are made non-root by their manifests (runAsNonRoot, uid 65532).
+# This machine builds the local cluster's images without Docker: hack/images/build.sh.
+
+ARG GO_VERSION=1.26
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG VERSION=v0.2.0
+ARG TARGETOS=linux
+ARG TARGETARCH=amd64
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/pav ./cmd/pav
+
+FROM gcr.io/distroless/static-debian12
+COPY --from=build /out/pav /usr/local/bin/pav
+# `pav report` is started by name (command: [pav, report, ...]): PATH must hold it.
+ENV PATH=/usr/local/bin:/usr/bin:/bin
+ENTRYPOINT ["/usr/local/bin/pav"]
