@@ -6,17 +6,20 @@
 #   make lint          gofmt, go vet, and no tracked file over 1 MiB
 #   make bench         benchmarks (speed and memory targets live here, not in tests)
 #   make fuzz          run each fuzz target for FUZZTIME (default 60s)
-#   make e2e           bring the local cluster up if needed, deploy pav, run test/e2e
-#   make demo          build, cluster up, deploy hello-world, provision a volume and
-#                      print what a pod reads from it
+#   make e2e           bring the local cluster up if needed, install pav, run test/e2e
+#   make demo          build, cluster up, install pav, apply hello-world, provision a
+#                      volume and print what a pod reads from it
+#   make manifests     render deploy/pav.yaml from deploy/ (kustomize)
 #   make ci            what .ci/run runs: lint, test, e2e
 #
 GO        ?= go
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# VERSION is pav's release: the manifests in deploy/ name ghcr.io/pods-as-volumes/pav at
+# this tag, the Dockerfile builds it by default (TestVersionsAgree keeps them equal).
+VERSION   ?= v0.2.0
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 60s
 
-.PHONY: build test lint bench fuzz ci
+.PHONY: build test lint bench fuzz ci manifests
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o _output/bin/pav ./cmd/pav
@@ -45,6 +48,12 @@ fuzz:
 
 ci: lint test e2e
 
+# deploy/pav.yaml: deploy/ rendered, for `kubectl apply -f` (a test checks it is current).
+manifests:
+	{ echo '# pav $(VERSION), rendered from deploy/ by `make manifests` (kubectl kustomize deploy): do not edit.'; \
+	  echo '# Install: kubectl apply -f pav.yaml. Then apply PavProvisioners; see README.md.'; \
+	  _output/bin/kubectl kustomize deploy; } > deploy/pav.yaml
+
 # Local cluster targets (run as root):
 #   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity
 #                      into _output/bin (hack/build-tools.sh; ≈10 min cold, skips what is
@@ -54,12 +63,15 @@ ci: lint test e2e
 #   make cluster-up    start the single-node cluster (hack/cluster/up.sh);
 #                      then: export KUBECONFIG=$(CURDIR)/_output/cluster/kubeconfig
 #   make cluster-down  stop it and clean up everything it made (hack/cluster/down.sh)
-#   make deploy-e2e    apply deploy/base and test/e2e/overlay to the local cluster
+#   make install       install pav on the local cluster as a user would: deploy/ with the
+#                      local images (test/e2e/install), manager restarted onto the fresh image
+#   make deploy-e2e    install, then apply the pav-e2e and hello-world PavProvisioners and
+#                      wait until they are Ready (hack/install-local.sh)
 
 CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL     := $(CURDIR)/_output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig
 
-.PHONY: tools images cluster-up cluster-down deploy-e2e e2e-setup e2e demo
+.PHONY: tools images cluster-up cluster-down install deploy-e2e e2e-setup e2e demo
 
 tools:
 	hack/install-deps.sh
@@ -78,24 +90,22 @@ cluster-up:
 cluster-down:
 	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/cluster/down.sh
 
-deploy-e2e:
-	$(KUBECTL) apply -k deploy/base
-	$(KUBECTL) wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io
-	$(KUBECTL) apply -k test/e2e/overlay
+install:
+	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/install-local.sh
 
-# e2e-setup: everything the e2e suite and the demo need, idempotent: tools, the
-# cluster, fresh images (the pav image is rebuilt from this tree), both provisioners
-# deployed and restarted onto the fresh image.
+deploy-e2e:
+	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/install-local.sh test/e2e/pav-e2e/provisioner.yaml examples/hello-world/provisioner.yaml
+
+# e2e-setup: everything the e2e suite needs, idempotent: tools, the cluster, fresh
+# images (the pav image is rebuilt from this tree), pav installed, both provisioners Ready.
 e2e-setup: tools cluster-up images deploy-e2e
-	$(KUBECTL) -n pav rollout restart statefulset,daemonset -l app.kubernetes.io/name=pav
-	for r in $$($(KUBECTL) -n pav get statefulset,daemonset -l app.kubernetes.io/name=pav -o name); do \
-		$(KUBECTL) -n pav rollout status $$r --timeout=180s || exit 1; \
-	done
 
 e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig $(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/
 
-demo: e2e-setup
+# demo: what a user does: install pav, apply one PavProvisioner, use it.
+demo: tools cluster-up images
+	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/install-local.sh examples/hello-world/provisioner.yaml
 	$(KUBECTL) delete --ignore-not-found --wait -f examples/hello-world/usage.yaml
 	$(KUBECTL) apply -f examples/hello-world/usage.yaml
 	$(KUBECTL) wait --for=jsonpath='{.status.phase}'=Bound pvc/hello-claim --timeout=120s

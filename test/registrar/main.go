@@ -1,7 +1,7 @@
 // Command registrar is a TEST-ONLY stand-in for the Kubernetes CSI
 // node-driver-registrar sidecar (registry.k8s.io/sig-storage/csi-node-driver-registrar),
 // whose source the Go module proxy refuses to serve, so that the local e2e cluster
-// (hack/cluster, test/e2e/overlay) can register pav's node plugin with the kubelet.
+// (hack/cluster, test/e2e/install) can register pav's node plugin with the kubelet.
 // Production deployments use the real node-driver-registrar image (deploy/provisioner).
 //
 // It behaves like the real registrar, with the same flags:

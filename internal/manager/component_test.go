@@ -1,0 +1,91 @@
+package manager
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	storagev1ac "k8s.io/client-go/applyconfigurations/storage/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+)
+
+// The manager and the deploy/provisioner component (GitOps, no manager) deploy
+// the same objects for a provisioner: the manager adds only its owner reference
+// and managed-by label. Kustomize is run through kubectl (not a Go dependency).
+func TestManagerDeploysWhatTheComponentDoes(t *testing.T) {
+	kubectl := os.Getenv("KUBECTL")
+	if kubectl == "" {
+		kubectl = "../../_output/bin/kubectl"
+	}
+	if _, err := os.Stat(kubectl); err != nil {
+		t.Skipf("no kubectl at %s (make tools, or set KUBECTL): the component is not compared", kubectl)
+	}
+	component, err := filepath.Abs("../../deploy/provisioner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// kustomize takes components by relative path only.
+	component, err = filepath.Rel(dir, component)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"kustomization.yaml": "resources: [provisioner.yaml]\ncomponents: [" + component + "]\n",
+		"provisioner.yaml":   "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata: {name: my-prov}\nspec: {provisioningModes: [Static]}\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errb bytes.Buffer
+	cmd := exec.Command(kubectl, "kustomize", dir)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, errb.String())
+	}
+	fromComponent := map[string]string{}
+	for _, doc := range strings.Split(out.String(), "\n---\n") {
+		var head struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		switch head.Kind {
+		case "CSIDriver":
+			v = &storagev1ac.CSIDriverApplyConfiguration{}
+		case "StatefulSet":
+			v = &appsv1ac.StatefulSetApplyConfiguration{}
+		case "DaemonSet":
+			v = &appsv1ac.DaemonSetApplyConfiguration{}
+		default:
+			continue
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), v); err != nil {
+			t.Fatal(err)
+		}
+		fromComponent[head.Kind] = mustJSON(t, v)
+	}
+
+	o, err := Render(&v1alpha1.PavProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "my-prov", UID: "u"}}, "pav", Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.CSIDriver.OwnerReferences, o.Controller.OwnerReferences, o.Node.OwnerReferences = nil, nil, nil
+	delete(o.CSIDriver.Labels, labelManagedBy)
+	delete(o.Controller.Labels, labelManagedBy)
+	delete(o.Node.Labels, labelManagedBy)
+	for kind, v := range map[string]any{"CSIDriver": o.CSIDriver, "StatefulSet": o.Controller, "DaemonSet": o.Node} {
+		if got := mustJSON(t, v); got != fromComponent[kind] {
+			t.Errorf("%s: the manager deploys\n%s\nthe component\n%s", kind, got, fromComponent[kind])
+		}
+	}
+}
