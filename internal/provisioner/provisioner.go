@@ -99,6 +99,7 @@ type Watch struct {
 	current  *v1alpha1.PavProvisioner // the latest version, if it passed the check
 	lastGood *v1alpha1.PavProvisioner // the newest version that passed it (deletion and unstaging)
 	err      error                    // why the latest version is not usable, if it is not
+	deleting bool                     // the latest version has a deletion timestamp
 	synced   bool
 }
 
@@ -121,7 +122,7 @@ func (w *Watch) Start(ctx context.Context) error {
 		UpdateFunc: func(_, obj any) { w.update(obj) },
 		DeleteFunc: func(any) {
 			w.mu.Lock()
-			w.current, w.lastGood = nil, nil
+			w.current, w.lastGood, w.deleting = nil, nil, false
 			w.err = status.Errorf(codes.FailedPrecondition, "PavProvisioner %q was deleted", w.name)
 			w.mu.Unlock()
 		},
@@ -157,6 +158,7 @@ func (w *Watch) update(obj any) {
 	checkErr := phase.Check(p)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.deleting = p.DeletionTimestamp != nil
 	if checkErr == nil {
 		klog.InfoS("PavProvisioner loaded", "provisioner", w.name, "generation", p.Generation)
 		w.current, w.lastGood, w.err = p, p, nil
@@ -211,11 +213,12 @@ func (w *Watch) Get(forNewVolumes bool) (*v1alpha1.PavProvisioner, error) {
 		}
 		return nil, w.err
 	}
+	if w.deleting {
+		// Before the spec's validity: fixing the spec would not help.
+		return nil, status.Errorf(codes.FailedPrecondition, "the PavProvisioner %q is being deleted", w.name)
+	}
 	if w.err != nil {
 		return nil, w.err
-	}
-	if w.current.DeletionTimestamp != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "the PavProvisioner %q is being deleted", w.name)
 	}
 	return w.current, nil
 }

@@ -140,6 +140,9 @@ func TestWatch(t *testing.T) {
 	if p, err := w.Get(false); err != nil || image(p) != "b" {
 		t.Fatalf("deletion/unstaging of a deleted, broken provisioner: %v, %v", p, err)
 	}
+	if _, err := w.Get(true); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "being deleted") {
+		t.Fatalf("new volumes on a deleted, broken provisioner: %v, want \"being deleted\" (fixing the spec would not help)", err)
+	}
 
 	update(strings.Replace(good, "image: b", "image: c", 1), 3, true)
 	waitFor(t, "the fix", func() bool { p, err := w.Get(false); return err == nil && image(p) == "c" })
