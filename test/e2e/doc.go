@@ -1,8 +1,11 @@
 // Package e2e proves pav on a real single-node Kubernetes (hack/cluster/up.sh):
-// the pav-e2e provisioner (pav-e2e/provisioner.yaml) deployed by `make e2e` with
-// the stock external-provisioner, real kubelet CSI calls, real pods, mounts and
-// loop devices. Every test has its own namespace and cleans up after itself; the
-// assertions are on real objects, events and files on the node.
+// pav installed as a user installs it (install/: deploy/ with the local images),
+// the pav-e2e provisioner (pav-e2e/provisioner.yaml) applied alone and deployed
+// by the pav manager with the stock external-provisioner, real kubelet CSI calls,
+// real pods, mounts and loop devices. Every test has its own namespace and cleans
+// up after itself; the assertions are on real objects, events and files on the
+// node. manager_test.go covers the manager, systemtests_test.go reproduces PaV's
+// own system tests, and zz_uninstall_test.go (last) uninstalls and reinstalls.
 //
 // The tests carry the build tag e2e, so `go test ./...` does not need a cluster:
 //

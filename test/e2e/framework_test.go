@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -36,16 +37,17 @@ const (
 )
 
 var (
-	client  kubernetes.Interface
-	dyn     dynamic.Interface
-	repo    string // project root
-	timeout = 3 * time.Minute
+	client     kubernetes.Interface
+	dyn        dynamic.Interface
+	repo       string // project root
+	kubeconfig string
+	timeout    = 3 * time.Minute
 )
 
 func TestMain(m *testing.M) {
 	wd, _ := os.Getwd()
 	repo = filepath.Join(wd, "..", "..")
-	kubeconfig := os.Getenv("KUBECONFIG")
+	kubeconfig = os.Getenv("KUBECONFIG")
 	if kubeconfig == "" {
 		kubeconfig = filepath.Join(repo, "_output", "cluster", "kubeconfig")
 	}
@@ -56,26 +58,28 @@ func TestMain(m *testing.M) {
 	}
 	client = kubernetes.NewForConfigOrDie(cfg)
 	dyn = dynamic.NewForConfigOrDie(cfg)
-	if err := waitDriverReady(context.Background()); err != nil {
+	if err := waitProvisionerReady(context.Background(), driver, 3*time.Minute); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: pav-e2e is not ready: %v\n", err)
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
 }
 
-// waitDriverReady waits for the controller and node plugins and for kubelet to
-// have registered the driver on the node (CSINode).
-func waitDriverReady(ctx context.Context) error {
-	return wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, sel := range []string{"app.kubernetes.io/instance=" + driver} {
-			pods, err := client.CoreV1().Pods("pav").List(ctx, metav1.ListOptions{LabelSelector: sel})
-			if err != nil || len(pods.Items) < 2 {
+// waitProvisionerReady waits for the pav manager to report a provisioner Ready,
+// for its controller and node plugins, and for kubelet to have registered its
+// driver on the node (CSINode).
+func waitProvisionerReady(ctx context.Context, name string, within time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		if ready, _ := provisionerCondition(ctx, name, v1alpha1.ConditionReady); ready.Status != metav1.ConditionTrue {
+			return false, nil
+		}
+		pods, err := client.CoreV1().Pods("pav").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+		if err != nil || len(pods.Items) < 2 {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if !podReady(&p) {
 				return false, nil
-			}
-			for _, p := range pods.Items {
-				if !podReady(&p) {
-					return false, nil
-				}
 			}
 		}
 		nodes, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
@@ -83,7 +87,7 @@ func waitDriverReady(ctx context.Context) error {
 			return false, nil
 		}
 		for _, d := range nodes.Items[0].Spec.Drivers {
-			if d.Name == driver {
+			if d.Name == name {
 				return true, nil
 			}
 		}

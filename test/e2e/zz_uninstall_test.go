@@ -1,0 +1,71 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Uninstall as the README says: `kubectl delete pav --all` (waits until no
+// volume needs a provisioner), then `kubectl delete -k` of what was installed.
+// Nothing of pav may be left. The file name makes it run last; it reinstalls
+// what the suite's setup installed, so that the cluster is as it found it.
+func TestUninstall(t *testing.T) {
+	ctx := context.Background()
+	// `kubectl delete pav --all` rightly waits for every volume of every
+	// provisioner: on a cluster shared with other work, a volume this suite did
+	// not make (and cannot delete) would hold it.
+	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range pvs.Items {
+		if d := pv.Annotations["pv.kubernetes.io/provisioned-by"]; pv.Spec.CSI != nil && d == pv.Spec.CSI.Driver && d != driver && d != "hello-world" {
+			if _, err := getProvisioner(ctx, d); err == nil {
+				t.Skipf("PV %s of provisioner %s, which this suite did not make, exists: uninstalling would (rightly) wait for it; run on a cluster of its own", pv.Name, d)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		start := time.Now()
+		run(t, repo+"/hack/install-local.sh", repo+"/test/e2e/pav-e2e/provisioner.yaml", repo+"/examples/hello-world/provisioner.yaml")
+		t.Logf("reinstalled in %v", time.Since(start).Round(time.Second))
+	})
+	start := time.Now()
+	kubectl(t, "delete", "pav", "--all", "--timeout=120s")
+	t.Logf("kubectl delete pav --all took %v", time.Since(start).Round(100*time.Millisecond))
+	start = time.Now()
+	kubectl(t, "delete", "-k", repo+"/test/e2e/install", "--timeout=120s")
+	t.Logf("kubectl delete -k took %v", time.Since(start).Round(100*time.Millisecond))
+
+	// Nothing of what was installed (every object of the install's kustomization)...
+	rendered := filepath.Join(t.TempDir(), "install.yaml")
+	if err := os.WriteFile(rendered, []byte(kubectl(t, "kustomize", repo+"/test/e2e/install")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, l := range strings.Split(strings.TrimSpace(kubectl(t, "get", "-f", rendered, "--ignore-not-found", "-o", "name")), "\n") {
+		if l != "" {
+			left = append(left, l)
+		}
+	}
+	// ... and nothing the manager made.
+	drivers, _ := client.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=pav"})
+	for _, d := range drivers.Items {
+		left = append(left, "CSIDriver "+d.Name)
+	}
+	pods, _ := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=pav"})
+	for _, p := range pods.Items {
+		left = append(left, "pod "+p.Namespace+"/"+p.Name)
+	}
+	if len(left) > 0 {
+		t.Fatalf("uninstalled, but left: %v", left)
+	}
+}
