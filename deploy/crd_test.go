@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -65,9 +66,11 @@ func TestCRDManifestIsStrictAndMatchesTheAPI(t *testing.T) {
 		cols[c.Name] = c.JSONPath
 	}
 	for name, path := range map[string]string{
-		"Modes": ".spec.provisioningModes",
-		"Valid": `.status.conditions[?(@.type=="Valid")].status`,
-		"Age":   ".metadata.creationTimestamp",
+		"Modes":   ".spec.provisioningModes",
+		"Valid":   `.status.conditions[?(@.type=="Valid")].status`,
+		"Ready":   `.status.conditions[?(@.type=="Ready")].status`,
+		"Volumes": ".status.volumes",
+		"Age":     ".metadata.creationTimestamp",
 	} {
 		if cols[name] != path {
 			t.Errorf("printer column %s: jsonPath %q, want %q", name, cols[name], path)
@@ -718,5 +721,28 @@ func TestPolicyNeverErrors(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("nothing was rejected")
+	}
+}
+
+// The status schema has exactly the fields of the Go type the manager writes:
+// a field the schema lacks would be pruned by the API server without a word.
+func TestStatusSchemaMatchesTheAPI(t *testing.T) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(CRDYAML, crd); err != nil {
+		t.Fatal(err)
+	}
+	var inSchema []string
+	for k := range crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"].Properties {
+		inSchema = append(inSchema, k)
+	}
+	var inGo []string
+	st := reflect.TypeOf(v1alpha1.PavProvisionerStatus{})
+	for i := range st.NumField() {
+		inGo = append(inGo, strings.Split(st.Field(i).Tag.Get("json"), ",")[0])
+	}
+	slices.Sort(inSchema)
+	slices.Sort(inGo)
+	if !slices.Equal(inSchema, inGo) {
+		t.Errorf("status schema has %v, the Go type %v", inSchema, inGo)
 	}
 }
