@@ -42,12 +42,14 @@ ci: lint test e2e
 #   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity
 #                      into _output/bin (hack/build-tools.sh; ≈10 min cold, skips what is
 #                      up to date) after installing the Debian packages (hack/install-deps.sh)
-#   make images        build the pav.local/*:dev, registry.k8s.io/pause:3.10 images
+#   make images        build the pav.local/*:dev (pav, the test stand-ins, the examples'
+#                      images) and registry.k8s.io/pause:3.10 images
 #                      (hack/images/build.sh); also imports them if the cluster is up
 #   make cluster-up    start the single-node cluster (hack/cluster/up.sh);
 #                      then: export KUBECONFIG=$(CURDIR)/_output/cluster/kubeconfig
 #   make cluster-down  stop it and clean up everything it made (hack/cluster/down.sh)
-#   make deploy-e2e    apply deploy/base and test/e2e/overlay to the local cluster
+#   make deploy-e2e    apply deploy/base and test/e2e/overlay (hello-world, pav-e2e and the
+#                      examples' provisioners) to the local cluster
 
 CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL     := $(CURDIR)/_output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig
@@ -74,7 +76,7 @@ cluster-down:
 deploy-e2e:
 	$(KUBECTL) apply -k deploy/base
 	$(KUBECTL) wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io
-	$(KUBECTL) apply -k test/e2e/overlay
+	$(KUBECTL) kustomize --load-restrictor LoadRestrictionsNone test/e2e/overlay | $(KUBECTL) apply -f -
 
 # e2e-setup: everything the e2e suite and the demo need, idempotent: tools, the
 # cluster, fresh images (the pav image is rebuilt from this tree), both provisioners
