@@ -197,15 +197,20 @@ func nodeName(t *testing.T) string {
 	return nodes.Items[0].Name
 }
 
-// kubectl runs the cluster's kubectl and returns its standard output.
-func kubectl(t *testing.T, args ...string) string {
-	t.Helper()
+// kubectlCmd is the cluster's kubectl with args.
+func kubectlCmd(args ...string) *exec.Cmd {
 	kubeconfig := os.Getenv("KUBECONFIG")
 	if kubeconfig == "" {
 		kubeconfig = filepath.Join(repo, "_output", "cluster", "kubeconfig")
 	}
+	return exec.Command(filepath.Join(repo, "_output", "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+}
+
+// kubectl runs the cluster's kubectl and returns its standard output.
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(repo, "_output", "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd := kubectlCmd(args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kubectl %v: %v\n%s%s", args, err, stdout.String(), stderr.String())
@@ -342,8 +347,14 @@ func TestExampleEncryption(t *testing.T) {
 			t.Logf("staging failed as it must without device-mapper: %s", msg)
 			e.deletePod("opener")
 			e.waitUnstaged("encryption", handle)
-			t.Skip("device-mapper is not available on this node (/dev/mapper/control absent, no device-mapper in /proc/misc): " +
-				"dm-crypt cannot open the volume here, so writing and reading through it is not tested; staging was checked to fail with that reason")
+			why := "the kernel lists no device-mapper in /proc/misc"
+			if _, err := os.Stat("/dev/mapper/control"); err != nil {
+				why += " and /dev/mapper/control is absent"
+			} else {
+				why += " (a /dev/mapper/control node exists, with no driver behind it)"
+			}
+			t.Skip("no device-mapper on this node (" + why + "): dm-crypt cannot open the volume here, so writing and reading " +
+				"through it is not tested; staging was checked to fail with that reason")
 		}
 		secret := "pav-encryption-plaintext-" + e.ns
 		out := e.runClient("writer", "blockdev --getsize64 /dev/plaintext && echo "+secret+" | dd of=/dev/plaintext bs=512 count=1 conv=sync 2>/dev/null && sync", "plaintext")
@@ -500,7 +511,9 @@ func TestExampleObjectBucket(t *testing.T) {
 	// Registered before newEnv, so it runs after the test namespace (and its claims,
 	// whose deletion pods need the store) is gone.
 	t.Cleanup(func() {
-		_ = exec.Command(filepath.Join(repo, "_output", "bin", "kubectl"), "delete", "--ignore-not-found", "--wait", "--timeout=120s", "-f", store).Run()
+		if out, err := kubectlCmd("delete", "--ignore-not-found", "--wait", "--timeout=120s", "-f", store).CombinedOutput(); err != nil {
+			t.Errorf("deleting the store: %v\n%s", err, out)
+		}
 	})
 	e := newEnv(t)
 	e.poll("the object store ready", func() (bool, error) {
