@@ -3,7 +3,7 @@
 #   make build         build _output/bin/pav (static)
 #   make test          unit tests and the in-process csi-sanity suites, with -race
 #                      (run as root: the node plugin's tests make real bind mounts)
-#   make lint          gofmt and go vet
+#   make lint          gofmt, go vet, and no tracked file over 1 MiB
 #   make bench         benchmarks (speed and memory targets live here, not in tests)
 #   make fuzz          run each fuzz target for FUZZTIME (default 60s)
 #   make e2e           bring the local cluster up if needed, deploy pav, run test/e2e
@@ -24,17 +24,24 @@ build:
 test:
 	$(GO) test -race -count=1 ./...
 
+# MAX_FILE_BYTES: a tracked file larger than this is almost always a build output
+# or a data dump committed by mistake (a 78 MB binary once was); git keeps it in
+# every clone forever, so lint refuses it.
+MAX_FILE_BYTES := 1048576
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > $(MAX_FILE_BYTES)'); \
+	if [ -n "$$big" ]; then echo "tracked files over $(MAX_FILE_BYTES) bytes (bytes, path); untrack them and ignore build outputs in .gitignore:"; echo "$$big"; exit 1; fi
 	$(GO) vet ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzToBash$$' -fuzztime $(FUZZTIME) ./templating
-	$(GO) test -run '^$$' -fuzz '^FuzzEvaluateString$$' -fuzztime $(FUZZTIME) ./templating
-	$(GO) test -run '^$$' -fuzz '^FuzzParseCapacity$$' -fuzztime $(FUZZTIME) ./phase
+	$(GO) test -run '^$$' -fuzz '^FuzzToBash$$' -fuzztime $(FUZZTIME) ./internal/templating
+	$(GO) test -run '^$$' -fuzz '^FuzzEvaluateString$$' -fuzztime $(FUZZTIME) ./internal/templating
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCapacity$$' -fuzztime $(FUZZTIME) ./internal/phase
 
 ci: lint test e2e
 

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 
@@ -25,11 +24,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/inflight"
-	"github.com/pods-as-volumes/pav/phase"
+	"github.com/pods-as-volumes/pav/internal/csimode"
+	"github.com/pods-as-volumes/pav/internal/grpcerr"
+	"github.com/pods-as-volumes/pav/internal/inflight"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/pvindex"
+	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/provisioner"
-	"github.com/pods-as-volumes/pav/volume"
 )
 
 // PodRunner runs one phase's pod (podrunner.Runner).
@@ -37,10 +39,24 @@ type PodRunner interface {
 	Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error)
 }
 
-// PVLookup finds a PV by volume handle (volume.PVIndex).
-type PVLookup interface {
-	ByHandle(handle string) (*corev1.PersistentVolume, error)
+// PodOperation is the operation whose pod the controller plugin runs for phase
+// ph of a volume. key is the CSI volume name for validation and creation (and
+// for the deletion that reverts a failed creation), DeletionKey(handle) for
+// DeleteVolume. The key decides the pod's name, so that a retried call finds
+// its pod; `pav render` builds its pods here too, so it shows the names the
+// driver uses.
+func PodOperation(provisioner string, ph v1alpha1.Phase, key string, t corev1.PodTemplateSpec) podrunner.Operation {
+	return podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: key, Template: t}
 }
+
+// DeletionKey is DeleteVolume's volume key (and in-flight key) for a handle,
+// kept apart from the CSI volume names CreateVolume uses as keys.
+func DeletionKey(handle string) string { return "delete/" + handle }
+
+// DefaultHandle is PaV's default handle of a claim's volume, pvc-<uid>. It is
+// also the CSI volume name external-provisioner gives the claim's volume with
+// its default --volume-name-prefix.
+func DefaultHandle(pvc *corev1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
 
 // Server implements csi.ControllerServer.
 type Server struct {
@@ -50,7 +66,7 @@ type Server struct {
 	Eval   *phase.Evaluator
 	Pods   PodRunner
 	Client kubernetes.Interface // PVCs and StorageClasses; nil when only CSI requests are known
-	PVs    PVLookup             // nil: DeleteVolume knows only what this process created
+	PVs    pvindex.Lookup       // nil: DeleteVolume knows only what this process created
 
 	busy    inflight.Set
 	mu      sync.Mutex
@@ -84,7 +100,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume name is required")
 	}
-	mode, accessModes, err := volume.Capabilities(req.GetVolumeCapabilities())
+	mode, accessModes, err := csimode.Capabilities(req.GetVolumeCapabilities())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -151,18 +167,18 @@ func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode
 	}
 	pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return r, nil, nil, volume.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ns, name, err), codes.Unavailable)
+		return r, nil, nil, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ns, name, err), codes.Unavailable)
 	}
 	claim.PVC = pvc.DeepCopy()
 	volume.Snapshot(&claim.PVC.ObjectMeta)
 	// PaV's default handle is pvc-<uid>; external-provisioner's volume name is the
 	// same by default, but a --volume-name-prefix may differ.
-	claim.DefaultHandle = "pvc-" + string(pvc.UID)
+	claim.DefaultHandle = DefaultHandle(pvc)
 	r = phase.FromClaim(r, pvc)
 	if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
 		obj, err := s.Client.StorageV1().StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
 		if err != nil {
-			return r, nil, nil, volume.Status(fmt.Errorf("reading StorageClass %s of PVC %s/%s: %w", *sc, ns, name, err), codes.Unavailable)
+			return r, nil, nil, grpcerr.Status(fmt.Errorf("reading StorageClass %s of PVC %s/%s: %w", *sc, ns, name, err), codes.Unavailable)
 		}
 		claim.SC = obj.DeepCopy()
 		volume.Snapshot(&claim.SC.ObjectMeta)
@@ -218,38 +234,17 @@ func (s *Server) validate(ctx context.Context, p *v1alpha1.PavProvisioner, name 
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return volume.Status(err, codes.InvalidArgument)
+		return grpcerr.Status(err, codes.InvalidArgument)
 	}
-	if err := CheckRequest(cfg, r); err != nil {
-		return err
+	if err := cfg.CheckRequest(r); err != nil {
+		return grpcerr.Status(err, codes.InvalidArgument)
 	}
 	if cfg.PodTemplate == nil {
 		return nil
 	}
-	_, err = s.Pods.Run(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: name, Template: *cfg.PodTemplate})
+	_, err = s.Pods.Run(ctx, PodOperation(p.Name, v1alpha1.PhaseValidation, name, *cfg.PodTemplate))
 	if err != nil {
-		return volume.Status(fmt.Errorf("volume validation failed: %w", err), codes.InvalidArgument)
-	}
-	return nil
-}
-
-// CheckRequest applies spec.volumeValidation's modes and capacity bounds to a
-// request. For dynamic provisioning PaV compares the PVC's request with the
-// maximum and its limit with the minimum; a static PV has min = max = its size.
-func CheckRequest(cfg *phase.ValidationConfig, r phase.Request) error {
-	if !slices.Contains(cfg.VolumeModes, r.VolumeMode) {
-		return status.Errorf(codes.InvalidArgument, "volume mode %s is not supported by this provisioner (spec.volumeValidation.volumeModes: %v)", r.VolumeMode, cfg.VolumeModes)
-	}
-	for _, m := range r.AccessModes {
-		if !slices.Contains(cfg.AccessModes, m) {
-			return status.Errorf(codes.InvalidArgument, "access mode %s is not supported by this provisioner (spec.volumeValidation.accessModes: %v)", m, cfg.AccessModes)
-		}
-	}
-	if cfg.MaxCapacity != nil && r.MinCapacity > *cfg.MaxCapacity {
-		return status.Errorf(codes.OutOfRange, "requested capacity %s is above the provisioner's maximum %s (spec.volumeValidation.maxCapacity)", phase.FormatBytes(r.MinCapacity), phase.FormatBytes(*cfg.MaxCapacity))
-	}
-	if r.MaxCapacity != nil && *r.MaxCapacity < cfg.MinCapacity {
-		return status.Errorf(codes.OutOfRange, "capacity limit %s is below the provisioner's minimum %s (spec.volumeValidation.minCapacity)", phase.FormatBytes(*r.MaxCapacity), phase.FormatBytes(cfg.MinCapacity))
+		return grpcerr.Status(fmt.Errorf("volume validation failed: %w", err), codes.InvalidArgument)
 	}
 	return nil
 }
@@ -265,23 +260,23 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 	}
 	cfg, err := s.Eval.Creation(ctx, p, vars)
 	if err != nil {
-		return nil, volume.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err, codes.InvalidArgument)
 	}
 	handle, capacity := cfg.Handle, int64(0)
 	if cfg.Capacity != nil {
 		capacity = *cfg.Capacity
 	}
 	if cfg.PodTemplate != nil {
-		res, err := s.Pods.Run(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseCreation, VolumeKey: name, Template: *cfg.PodTemplate})
+		res, err := s.Pods.Run(ctx, PodOperation(p.Name, v1alpha1.PhaseCreation, name, *cfg.PodTemplate))
 		if err != nil {
 			if isFinal(err) {
 				err = s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, fmt.Errorf("volume creation failed: %w", err))
 			}
-			return nil, volume.Status(err, codes.Internal)
+			return nil, grpcerr.Status(err, codes.Internal)
 		}
 		handle, capacity, err = fromPodFiles(res.Files, handle, capacity)
 		if err != nil {
-			return nil, volume.Status(s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, err), codes.Internal)
+			return nil, grpcerr.Status(s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, err), codes.Internal)
 		}
 	}
 	handle = orDefault(handle, claim.DefaultHandle)
@@ -298,7 +293,7 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 		if cfg.PodTemplate != nil {
 			rangeErr = s.revert(ctx, p, name, r, claim, handle, capacity, rangeErr)
 		}
-		return nil, volume.Status(rangeErr, codes.OutOfRange)
+		return nil, grpcerr.Status(rangeErr, codes.OutOfRange)
 	}
 	vc, err := volume.Context(r.Params, capacity, claim)
 	if err != nil {
@@ -345,7 +340,7 @@ func (s *Server) runDeletion(ctx context.Context, p *v1alpha1.PavProvisioner, ke
 	if err != nil || cfg.PodTemplate == nil {
 		return err
 	}
-	_, err = s.Pods.Run(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseDeletion, VolumeKey: key, Template: *cfg.PodTemplate})
+	_, err = s.Pods.Run(ctx, PodOperation(p.Name, v1alpha1.PhaseDeletion, key, *cfg.PodTemplate))
 	return err
 }
 
@@ -360,7 +355,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	release, ok := s.busy.TryAcquire("delete/" + handle)
+	release, ok := s.busy.TryAcquire(DeletionKey(handle))
 	if !ok {
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
 	}
@@ -380,8 +375,8 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	}
 	r := phase.Request{VolumeMode: claim.RequestedVolumeMode, AccessModes: claim.RequestedAccessModes,
 		MinCapacity: claim.RequestedMinCapacity, MaxCapacity: claim.RequestedMaxCapacity, Params: rec.params}
-	if err := s.runDeletion(ctx, p, "delete/"+handle, r, claim, handle, rec.capacity); err != nil {
-		return nil, volume.Status(fmt.Errorf("volume deletion failed: %w", err), codes.Internal)
+	if err := s.runDeletion(ctx, p, DeletionKey(handle), r, claim, handle, rec.capacity); err != nil {
+		return nil, grpcerr.Status(fmt.Errorf("volume deletion failed: %w", err), codes.Internal)
 	}
 	s.forget(handle)
 	return &csi.DeleteVolumeResponse{}, nil
@@ -463,7 +458,7 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
 	}
-	mode, modes, err := volume.Capabilities(req.GetVolumeCapabilities())
+	mode, modes, err := csimode.Capabilities(req.GetVolumeCapabilities())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -489,10 +484,10 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return nil, volume.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err, codes.InvalidArgument)
 	}
-	if err := CheckRequest(cfg, r); err != nil {
-		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+	if err := cfg.CheckRequest(r); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext:      req.GetVolumeContext(),

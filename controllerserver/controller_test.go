@@ -20,11 +20,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/phase"
+	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
-	"github.com/pods-as-volumes/pav/provisioner"
-	"github.com/pods-as-volumes/pav/volume"
 )
 
 // fakeRunner records the operations it is asked to run and answers per phase.
@@ -340,7 +340,7 @@ func TestCreateVolumeFromPVC(t *testing.T) {
 	}
 }
 
-// pvs is a PVLookup over a fixed list.
+// pvs is a pvindex.Lookup over a fixed list.
 type pvs []*corev1.PersistentVolume
 
 func (l pvs) ByHandle(h string) (*corev1.PersistentVolume, error) {

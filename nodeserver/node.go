@@ -32,13 +32,15 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/controllerserver"
-	"github.com/pods-as-volumes/pav/hostmount"
-	"github.com/pods-as-volumes/pav/inflight"
-	"github.com/pods-as-volumes/pav/phase"
+	"github.com/pods-as-volumes/pav/internal/csimode"
+	"github.com/pods-as-volumes/pav/internal/grpcerr"
+	"github.com/pods-as-volumes/pav/internal/hostmount"
+	"github.com/pods-as-volumes/pav/internal/inflight"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/pvindex"
+	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/provisioner"
-	"github.com/pods-as-volumes/pav/volume"
 )
 
 // PodRunner runs and removes phase pods (podrunner.Runner).
@@ -56,8 +58,8 @@ type Server struct {
 	Source   provisioner.Source
 	Eval     *phase.Evaluator
 	Pods     PodRunner
-	Client   kubernetes.Interface      // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
-	PVs      controllerserver.PVLookup // nil without Kubernetes
+	Client   kubernetes.Interface // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
+	PVs      pvindex.Lookup       // nil without Kubernetes
 
 	busy inflight.Set
 }
@@ -90,6 +92,27 @@ func (s *Server) volumeDir(handle string) string { return VolumeDir(s.StateDir, 
 func VolumeDir(stateDir, handle string) string {
 	sum := sha256.Sum256([]byte(handle))
 	return filepath.Join(stateDir, hex.EncodeToString(sum[:12]))
+}
+
+// PodOperation is the operation whose pod the node plugin nodeID runs for phase
+// ph of the volume handle: staging and unstaging pods get the volume's
+// directory under stateDir at /pav (and a staging pod may keep running); a
+// static validation pod runs on the node with an emptyDir. The volume key
+// (handle@node: the same handle staged on two nodes has two staging pods)
+// decides the pod's name. `pav render` builds its pods here too, so it shows
+// the names and paths the driver uses.
+func PodOperation(nodeID, stateDir, provisioner string, ph v1alpha1.Phase, handle string, t corev1.PodTemplateSpec) podrunner.Operation {
+	op := podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: handle + "@" + nodeID, Template: t, NodeName: nodeID}
+	if ph == v1alpha1.PhaseStaging || ph == v1alpha1.PhaseUnstaging {
+		op.HostPath = filepath.Join(VolumeDir(stateDir, handle), "pav")
+		op.KeepRunning = ph == v1alpha1.PhaseStaging
+	}
+	return op
+}
+
+// podOperation is PodOperation on this node.
+func (s *Server) podOperation(provisioner string, ph v1alpha1.Phase, handle string, t corev1.PodTemplateSpec) podrunner.Operation {
+	return PodOperation(s.NodeID, s.StateDir, provisioner, ph, handle, t)
 }
 
 func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
@@ -155,11 +178,11 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
-	mode, err := volume.CapabilityMode(req.GetVolumeCapability())
+	mode, err := csimode.VolumeMode(req.GetVolumeCapability())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	accessMode, err := volume.KubeAccessMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+	accessMode, err := csimode.KubeAccessMode(req.GetVolumeCapability().GetAccessMode().GetMode())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -180,7 +203,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 
 	st := &staged{Handle: handle, VolumeMode: mode, Access: []corev1.PersistentVolumeAccessMode{accessMode},
 		Params: volume.UserParams(req.GetVolumeContext()), StagedAt: target,
-		ReadOnly: isReadOnly(req.GetVolumeCapability())}
+		ReadOnly: csimode.IsReadOnly(req.GetVolumeCapability())}
 	capacity, _, dynamic, err := volume.ParseContext(req.GetVolumeContext())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -201,10 +224,9 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	cfg, err := s.Eval.Staging(ctx, p, vars)
 	if err != nil {
-		return nil, volume.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err, codes.InvalidArgument)
 	}
-	op := s.op(p.Name, v1alpha1.PhaseStaging, handle, dir, *cfg.PodTemplate)
-	op.KeepRunning = true
+	op := s.podOperation(p.Name, v1alpha1.PhaseStaging, handle, *cfg.PodTemplate)
 	// The state goes down before the pod starts: kubelet calls NodeUnstageVolume
 	// for a staging whose outcome it does not know (a timed-out call), and that
 	// call must find the pod (its namespace comes from the template) and the
@@ -221,10 +243,10 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if errors.As(err, &pf) {
 			err = s.revertStaging(ctx, p, st, objs, dir, fmt.Errorf("volume staging failed: %w", err))
 		}
-		return nil, volume.Status(err, codes.Internal)
+		return nil, grpcerr.Status(err, codes.Internal)
 	}
 	if _, err := checkVolume(dir, st); err != nil {
-		return nil, volume.Status(s.revertStaging(ctx, p, st, objs, dir, err), codes.Internal)
+		return nil, grpcerr.Status(s.revertStaging(ctx, p, st, objs, dir, err), codes.Internal)
 	}
 	st.Staged = true
 	if err := writeState(dir, st); err != nil {
@@ -293,7 +315,7 @@ func (s *Server) revertStaging(ctx context.Context, p *v1alpha1.PavProvisioner, 
 // /pav directory, and only then detaches leftover mounts and removes the
 // directory: a failed unstaging keeps the directory for the retry.
 func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string) error {
-	stagingOp := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseStaging, VolumeKey: s.key(st.Handle), NodeName: s.NodeID}
+	stagingOp := s.podOperation(p.Name, v1alpha1.PhaseStaging, st.Handle, corev1.PodTemplateSpec{})
 	stagingOp.Template.Namespace = st.PodNamespace
 	if err := s.Pods.Delete(ctx, stagingOp); err != nil {
 		return fmt.Errorf("removing the staging pod: %w", err)
@@ -307,7 +329,7 @@ func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *st
 		return err
 	}
 	if cfg.PodTemplate != nil {
-		if _, err := s.Pods.Run(ctx, s.op(p.Name, v1alpha1.PhaseUnstaging, st.Handle, dir, *cfg.PodTemplate)); err != nil {
+		if _, err := s.Pods.Run(ctx, s.podOperation(p.Name, v1alpha1.PhaseUnstaging, st.Handle, *cfg.PodTemplate)); err != nil {
 			return fmt.Errorf("volume unstaging failed: %w", err)
 		}
 	}
@@ -349,7 +371,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, err
 	}
 	if err := s.unstage(ctx, p, st, objs, dir); err != nil {
-		return nil, volume.Status(err, codes.Internal)
+		return nil, grpcerr.Status(err, codes.Internal)
 	}
 	klog.V(2).InfoS("volume unstaged", "handle", handle)
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -367,7 +389,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
-	mode, err := volume.CapabilityMode(req.GetVolumeCapability())
+	mode, err := csimode.VolumeMode(req.GetVolumeCapability())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -402,7 +424,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	} else if err := os.MkdirAll(target, 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	readOnly := req.GetReadonly() || isReadOnly(req.GetVolumeCapability())
+	readOnly := req.GetReadonly() || csimode.IsReadOnly(req.GetVolumeCapability())
 	if err := hostmount.Bind(src, target, readOnly); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -453,13 +475,13 @@ func (s *Server) objects(ctx context.Context, handle string, st *staged) (phase.
 				objs.PVC = pvc
 				st.Access = pvc.Spec.AccessModes
 			case err != nil && !apierrors.IsNotFound(err):
-				return objs, volume.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ref.Namespace, ref.Name, err), codes.Unavailable)
+				return objs, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ref.Namespace, ref.Name, err), codes.Unavailable)
 			}
 		}
 	}
 	node, err := s.Client.CoreV1().Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
 	if err != nil {
-		return objs, volume.Status(fmt.Errorf("reading Node %s: %w", s.NodeID, err), codes.Unavailable)
+		return objs, grpcerr.Status(fmt.Errorf("reading Node %s: %w", s.NodeID, err), codes.Unavailable)
 	}
 	objs.Node = node
 	return objs, nil
@@ -485,41 +507,23 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return volume.Status(err, codes.InvalidArgument)
+		return grpcerr.Status(err, codes.InvalidArgument)
 	}
-	if err := controllerserver.CheckRequest(cfg, r); err != nil {
-		return err
+	if err := cfg.CheckRequest(r); err != nil {
+		return grpcerr.Status(err, codes.InvalidArgument)
 	}
 	if cfg.PodTemplate == nil {
 		return nil
 	}
-	op := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: s.key(st.Handle), NodeName: s.NodeID, Template: *cfg.PodTemplate}
-	if _, err := s.Pods.Run(ctx, op); err != nil {
-		return volume.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
+	if _, err := s.Pods.Run(ctx, s.podOperation(p.Name, v1alpha1.PhaseValidation, st.Handle, *cfg.PodTemplate)); err != nil {
+		return grpcerr.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
 	}
 	return nil
-}
-
-// key identifies a volume on this node: the same handle staged on two nodes has
-// two staging pods.
-func (s *Server) key(handle string) string { return handle + "@" + s.NodeID }
-
-func (s *Server) op(provisioner string, ph v1alpha1.Phase, handle, dir string, t corev1.PodTemplateSpec) podrunner.Operation {
-	return podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: s.key(handle), Template: t,
-		NodeName: s.NodeID, HostPath: filepath.Join(dir, "pav")}
 }
 
 func (st *staged) vars() phase.Staged {
 	return phase.Staged{VolumeMode: st.VolumeMode, AccessModes: st.Access, Capacity: st.Capacity,
 		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly}
-}
-
-func isReadOnly(c *csi.VolumeCapability) bool {
-	switch c.GetAccessMode().GetMode() {
-	case csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY:
-		return true
-	}
-	return false
 }
 
 func writeState(dir string, st *staged) error {

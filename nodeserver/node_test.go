@@ -21,12 +21,12 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/hostmount"
-	"github.com/pods-as-volumes/pav/phase"
+	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/hostmount"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
-	"github.com/pods-as-volumes/pav/provisioner"
-	"github.com/pods-as-volumes/pav/volume"
 )
 
 const node = "node-1"

@@ -380,9 +380,13 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 }
 
 // createOrAdopt creates the pod or adopts the existing pod of the same
-// operation. A pod of the operation that is being deleted and has not finished
-// is waited out and replaced; one that has finished is adopted, since its result
-// is final (a driver restart may have come between its end and its deletion).
+// operation. One that has finished is adopted, since its result is final (a
+// driver restart may have come between its end and its cleanup). One that is
+// being deleted is waited out and replaced, finished or not: the API server
+// removes a finished pod at once when it is deleted (pav's pods have no
+// finalizers), so a pod still there with a deletionTimestamp was deleted while
+// it ran, and whatever it ends with (exit code 143, say) is its killing, not
+// the operation's result.
 func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Pod, op *Operation) (*corev1.Pod, error) {
 	logger := klog.FromContext(ctx)
 	pods := r.cfg.Client.CoreV1().Pods(pod.Namespace)
@@ -399,22 +403,20 @@ func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Po
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
 		}
-		existing := pw.cached()
-		if existing == nil {
-			// Not in the cache (yet): ask the API server.
-			existing, err = pods.Get(ctx, pod.Name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				continue // deleted in between: create again
-			}
-			if err != nil {
-				return nil, fmt.Errorf("getting existing %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
-			}
+		// The API server's copy, not the informer's: the cache may not show yet
+		// that the pod is being deleted.
+		existing, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // deleted in between: create again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("getting existing %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
 		}
 		if err := r.checkOwner(existing, op); err != nil {
 			return nil, err
 		}
-		if existing.DeletionTimestamp != nil && !finished(existing) {
-			logger.Info("Waiting for the operation's terminating pod to go away before re-creating it", "uid", existing.UID)
+		if existing.DeletionTimestamp != nil {
+			logger.Info("Waiting for the operation's terminating pod to go away before re-creating it", "uid", existing.UID, "podPhase", existing.Status.Phase)
 			if err := r.waitGone(ctx, pw, existing.UID); err != nil {
 				return nil, err
 			}

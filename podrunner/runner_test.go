@@ -26,8 +26,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/fakekubelet"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
 )
 
 var registry = metrics.NewKubeRegistry()
@@ -416,31 +416,53 @@ func TestAdoptFinishedPod(t *testing.T) {
 	}
 }
 
+// A pod of the operation that is being deleted is never adopted, whether its
+// containers still run or were already killed: Run waits until it is gone and
+// runs a new pod. (Adopting the killed pod took its exit code 143 for the
+// operation's result; this test was flaky because under load Run met the pod
+// in that state, or read it from an informer cache that did not show the
+// deletion yet.)
 func TestTerminatingPodIsWaitedOut(t *testing.T) {
-	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run}), envOpts{kubelet: fakekubelet.Options{DeletionDelay: 300 * time.Millisecond}})
-	op := creationOp("pvc-terminating")
-	pod, _ := e.runner.BuildPod(op)
-	if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	old := e.waitPod(op, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	if err := e.client.CoreV1().Pods(pod.Namespace).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// While it is terminating (running, not finished), a Run must not adopt
-	// it: it waits it out and runs a new pod.
-	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
-	defer cancel()
-	_, err := e.runner.Run(ctx, op)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err %v (want the new Run-kind pod to keep running)", err)
-	}
-	p, err := e.getPod(op)
-	if err != nil || p.UID == old.UID || p.DeletionTimestamp != nil {
-		t.Fatalf("want a fresh pod, got %v (old uid %s), err %v", p, old.UID, err)
-	}
-	if n := e.creates.Load(); n != 2 {
-		t.Errorf("%d creates, want 2", n)
+	for _, tc := range []struct {
+		name    string
+		kubelet fakekubelet.Options
+		// terminating is the state Run meets the deleted pod in.
+		terminating func(p *corev1.Pod) bool
+	}{
+		{"containers still running", fakekubelet.Options{StopDelay: 500 * time.Millisecond},
+			func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && p.Status.Phase == corev1.PodRunning }},
+		{"containers killed, pod not yet removed", fakekubelet.Options{DeletionDelay: 500 * time.Millisecond},
+			func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && p.Status.Phase == corev1.PodFailed }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run}), envOpts{kubelet: tc.kubelet})
+			op := creationOp("pvc-terminating")
+			pod, _ := e.runner.BuildPod(op)
+			if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			old := e.waitPod(op, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+			if err := e.client.CoreV1().Pods(pod.Namespace).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			e.waitPod(op, tc.terminating)
+			ctx, cancel := context.WithCancel(e.ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { _, err := e.runner.Run(ctx, op); done <- err }()
+			// Run must create a fresh pod and wait on it (a Run-kind pod keeps
+			// running); had it adopted the old one, it would return its failure.
+			fresh := e.waitPod(op, func(p *corev1.Pod) bool {
+				return p.UID != old.UID && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
+			})
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run: %v, want it still waiting on the fresh pod %s", err, fresh.UID)
+			}
+			if n := e.creates.Load(); n != 2 {
+				t.Errorf("%d creates, want 2", n)
+			}
+		})
 	}
 }
 

@@ -26,9 +26,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/driver"
+	"github.com/pods-as-volumes/pav/internal/driver"
+	"github.com/pods-as-volumes/pav/internal/fakekubelet"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"github.com/pods-as-volumes/pav/podrunner/fakekubelet"
 )
 
 // NodeName is the fake node the node plugin serves.

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/pods-as-volumes/pav/driver"
+	"github.com/pods-as-volumes/pav/internal/driver"
 )
 
 func runDriver(ctx context.Context, args []string, stderr io.Writer) int {

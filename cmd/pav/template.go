@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/pods-as-volumes/pav/templating"
+	"github.com/pods-as-volumes/pav/internal/templating"
 )
 
 // runTemplate is `pav template`: every string of one YAML document is evaluated

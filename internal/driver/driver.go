@@ -1,0 +1,355 @@
+// Package driver assembles `pav driver`: the CSI services for one PavProvisioner
+// on a unix socket, with the informers they read from, the pod runner, request
+// logging through protosanitizer, csi-lib-utils metrics, and an HTTP endpoint for
+// health and Prometheus.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"google.golang.org/grpc"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/pods-as-volumes/pav/controllerserver"
+	"github.com/pods-as-volumes/pav/identity"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/pvindex"
+	"github.com/pods-as-volumes/pav/internal/templating"
+	"github.com/pods-as-volumes/pav/nodeserver"
+	"github.com/pods-as-volumes/pav/podrunner"
+)
+
+// Modes of `pav driver --mode`.
+const (
+	ModeController = "controller"
+	ModeNode       = "node"
+	ModeAll        = "all"
+)
+
+// Options are `pav driver`'s flags.
+type Options struct {
+	Endpoint        string // unix:///csi/csi.sock
+	Provisioner     string // the PavProvisioner to serve (watched)
+	ProvisionerFile string // or: read it from this file
+	NodeID          string
+	Mode            string
+	Kubeconfig      string // "" = in-cluster
+	PodTimeout      time.Duration
+	HTTPEndpoint    string // "" = none
+	ReportImage     string // "" = this pod's own pav image
+	StateDir        string // node: per-volume directories; "" = /var/lib/kubelet/plugins/<name>/volumes
+	Version         string
+}
+
+// Validate checks the flags and names the one to fix.
+func (o *Options) Validate() error {
+	switch {
+	case o.Mode != ModeController && o.Mode != ModeNode && o.Mode != ModeAll:
+		return fmt.Errorf("--mode must be controller, node or all, got %q", o.Mode)
+	case o.Provisioner == "" && o.ProvisionerFile == "":
+		return fmt.Errorf("--provisioner NAME (or --provisioner-file FILE) is required")
+	case o.Provisioner != "" && o.ProvisionerFile != "":
+		return fmt.Errorf("give --provisioner or --provisioner-file, not both")
+	case o.Mode != ModeController && o.NodeID == "":
+		return fmt.Errorf("--node-id is required in %s mode (usually the node name, from the downward API)", o.Mode)
+	case o.Endpoint == "":
+		return fmt.Errorf("--endpoint is required, e.g. unix:///csi/csi.sock")
+	case o.PodTimeout < 0:
+		return fmt.Errorf("--pod-timeout must not be negative")
+	}
+	return nil
+}
+
+// DefaultStateDir is the node plugin's state directory (--state-dir) for a
+// provisioner: beside the kubelet's plugin sockets, the same path in the
+// plugin's container and on the host.
+func DefaultStateDir(provisioner string) string {
+	return filepath.Join("/var/lib/kubelet/plugins", provisioner, "volumes")
+}
+
+// Services are the three CSI services of one driver process.
+type Services struct {
+	Identity   *identity.Server
+	Controller *controllerserver.Server // nil in node mode
+	Node       *nodeserver.Server       // nil in controller mode
+}
+
+// Deps are what Build needs from outside: real clients in `pav driver`, fakes in
+// the sanity suite.
+type Deps struct {
+	Client  kubernetes.Interface // nil: no Kubernetes at all
+	Dynamic dynamic.Interface    // for watching the PavProvisioner; nil with a file
+	Runner  *podrunner.Runner
+}
+
+// Build assembles and starts (informers) the services. It returns once the
+// informers have synced.
+func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Source, error) {
+	var src provisioner.Source
+	if o.ProvisionerFile != "" {
+		p, err := provisioner.LoadFile(o.ProvisionerFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		src = provisioner.Static{P: p}
+	} else {
+		w := provisioner.NewWatch(d.Dynamic, o.Provisioner, o.Mode != ModeNode)
+		if err := w.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+		src = w
+	}
+	name := src.Name()
+	var pvcs templating.PVCGetter
+	if d.Client != nil {
+		pvcs = pvcGetter{d.Client}
+	}
+	eval := phase.NewEvaluator(pvcs)
+	var pvIndex *pvindex.Index
+	if d.Client != nil {
+		pvIndex = pvindex.New(d.Client, name)
+		if err := pvIndex.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := d.Runner.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	svc := &Services{Identity: &identity.Server{Name: name, Version: o.Version, Controller: o.Mode != ModeNode,
+		Ready: func(ctx context.Context) error { return ready(ctx, src, d.Client) }}}
+	if o.Mode != ModeNode {
+		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Client: d.Client}
+		if pvIndex != nil {
+			svc.Controller.PVs = pvIndex
+		}
+	}
+	if o.Mode != ModeController {
+		stateDir := o.StateDir
+		if stateDir == "" {
+			stateDir = DefaultStateDir(name)
+		}
+		if err := os.MkdirAll(stateDir, 0o750); err != nil {
+			return nil, nil, err
+		}
+		svc.Node = &nodeserver.Server{NodeID: o.NodeID, StateDir: stateDir, Source: src, Eval: eval, Pods: d.Runner, Client: d.Client}
+		if pvIndex != nil {
+			svc.Node.PVs = pvIndex
+		}
+	}
+	return svc, src, nil
+}
+
+func ready(ctx context.Context, src provisioner.Source, client kubernetes.Interface) error {
+	if _, err := src.Get(false); err != nil {
+		return err
+	}
+	if client != nil {
+		if _, err := client.Discovery().ServerVersion(); err != nil {
+			return fmt.Errorf("the Kubernetes API is not reachable: %w", err)
+		}
+	}
+	return nil
+}
+
+// NewGRPCServer registers the services on a gRPC server whose interceptor logs
+// every call (requests through protosanitizer, so secrets never reach a log) and
+// records csi_plugin_operations_seconds.
+func NewGRPCServer(s *Services, mm metrics.CSIMetricsManager) *grpc.Server {
+	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor(mm)))
+	csi.RegisterIdentityServer(srv, s.Identity)
+	if s.Controller != nil {
+		csi.RegisterControllerServer(srv, s.Controller)
+	}
+	if s.Node != nil {
+		csi.RegisterNodeServer(srv, s.Node)
+	}
+	return srv
+}
+
+func interceptor(mm metrics.CSIMetricsManager) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+		logger := klog.FromContext(ctx).WithValues("method", method)
+		ctx = klog.NewContext(ctx, logger)
+		logger.V(5).Info("CSI request", "request", protosanitizer.StripSecrets(req))
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		if mm != nil {
+			mm.RecordMetrics(info.FullMethod, err, time.Since(start))
+		}
+		if err != nil {
+			logger.Error(err, "CSI call failed", "duration", time.Since(start))
+		} else {
+			logger.V(2).Info("CSI call succeeded", "duration", time.Since(start))
+			logger.V(5).Info("CSI response", "response", protosanitizer.StripSecrets(resp))
+		}
+		return resp, err
+	}
+}
+
+// Listen opens the endpoint: unix:///path (an old socket is removed first) or tcp://host:port.
+func Listen(endpoint string) (net.Listener, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("--endpoint %q: %w", endpoint, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		path := u.Path
+		if path == "" {
+			path = u.Host + u.Opaque
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, err
+		}
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			return nil, fmt.Errorf("removing old socket %s: %w", path, err)
+		}
+		return net.Listen("unix", path)
+	case "tcp":
+		return net.Listen("tcp", u.Host)
+	}
+	return nil, fmt.Errorf("--endpoint %q: use unix:///path/csi.sock or tcp://host:port", endpoint)
+}
+
+// Run is `pav driver`: it serves until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	var d Deps
+	var name string
+	if o.ProvisionerFile == "" || o.Kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		cfg, err := restConfig(o.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		cfg.UserAgent = "pav-driver/" + o.Version
+		if d.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return err
+		}
+		if d.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+			return err
+		}
+	}
+	if d.Client == nil {
+		return errors.New("pav driver runs pods and needs the Kubernetes API: give --kubeconfig or run in a cluster")
+	}
+	name = o.Provisioner
+	if name == "" {
+		p, err := provisioner.LoadFile(o.ProvisionerFile)
+		if err != nil {
+			return err
+		}
+		name = p.Name
+	}
+	if o.ReportImage == "" {
+		img, err := ownImage(ctx, d.Client)
+		if err != nil {
+			return fmt.Errorf("cannot tell the pav image for the report sidecar (set --report-image): %w", err)
+		}
+		o.ReportImage = img
+	}
+	runnerNode := ""
+	if o.Mode == ModeNode {
+		runnerNode = o.NodeID
+	}
+	d.Runner = podrunner.New(podrunner.Config{Client: d.Client, Provisioner: name, NodeName: runnerNode,
+		ReportImage: o.ReportImage, PodTimeout: o.PodTimeout})
+
+	svc, _, err := Build(ctx, o, d)
+	if err != nil {
+		return err
+	}
+	mm := metrics.NewCSIMetricsManagerForPlugin(name)
+	podrunner.RegisterMetrics(mm.GetRegistry())
+	if o.HTTPEndpoint != "" {
+		mux := http.NewServeMux()
+		mm.RegisterToServer(mux, "/metrics")
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			if err := svc.Identity.Ready(r.Context()); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		hs := &http.Server{Addr: o.HTTPEndpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.ErrorS(err, "HTTP endpoint failed", "address", o.HTTPEndpoint)
+			}
+		}()
+		defer hs.Close()
+	}
+	lis, err := Listen(o.Endpoint)
+	if err != nil {
+		return err
+	}
+	srv := NewGRPCServer(svc, mm)
+	go func() {
+		<-ctx.Done()
+		srv.GracefulStop()
+	}()
+	klog.InfoS("pav driver serving", "driver", name, "mode", o.Mode, "endpoint", o.Endpoint, "node", o.NodeID, "version", o.Version)
+	return srv.Serve(lis)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("not running in a cluster, give --kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// ownImage finds the image of the container running this binary (POD_NAME and
+// POD_NAMESPACE from the downward API, container "pav"), so the report sidecar
+// always matches the driver's version, whatever the kustomize image overrides say.
+func ownImage(ctx context.Context, client kubernetes.Interface) (string, error) {
+	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if name == "" || ns == "" {
+		return "", errors.New("POD_NAME and POD_NAMESPACE are not set")
+	}
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "pav" {
+			return c.Image, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s/%s has no container named pav", ns, name)
+}
+
+// pvcGetter serves get_pvc from the API.
+type pvcGetter struct{ client kubernetes.Interface }
+
+func (g pvcGetter) GetPVC(ctx context.Context, namespace, name string) (map[string]any, error) {
+	pvc, err := g.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return phase.ObjectVar(pvc)
+}

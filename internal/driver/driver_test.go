@@ -1,0 +1,131 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/podrunner"
+)
+
+const prov = `apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata: {name: demo}
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation: {capacity: 1Gi}
+  volumeStaging: {podTemplate: {spec: {containers: [{name: s, image: busybox}]}}}
+`
+
+func TestOptionsValidate(t *testing.T) {
+	ok := Options{Mode: ModeAll, Provisioner: "x", NodeID: "n", Endpoint: "unix:///csi.sock"}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mut  func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Mode = "both" }, "--mode"},
+		{func(o *Options) { o.Provisioner = "" }, "--provisioner NAME"},
+		{func(o *Options) { o.ProvisionerFile = "f" }, "not both"},
+		{func(o *Options) { o.NodeID = "" }, "--node-id"},
+		{func(o *Options) { o.Endpoint = "" }, "--endpoint"},
+		{func(o *Options) { o.PodTimeout = -time.Second }, "--pod-timeout"},
+		{func(o *Options) { o.NodeID, o.Mode = "", ModeController }, ""},
+	} {
+		o := ok
+		tc.mut(&o)
+		err := o.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Validate(%+v) = %v, want %q", o, err, tc.want)
+		}
+	}
+	if _, err := Listen("http://x"); err == nil {
+		t.Error("Listen accepts an http endpoint")
+	}
+}
+
+// TestServeOverSocket runs the assembled controller over a unix socket: the
+// interceptor records csi_plugin_operations_seconds per method and the pod
+// runner's own metrics land in the same registry.
+func TestServeOverSocket(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(file, []byte(prov), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
+	kubelet := fakekubelet.New(client, func(*corev1.Pod) fakekubelet.Outcome { return fakekubelet.Outcome{} }, fakekubelet.Options{})
+	if err := kubelet.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); kubelet.Wait() }()
+	o := Options{Mode: ModeController, ProvisionerFile: file, Endpoint: "unix://" + filepath.Join(dir, "csi.sock")}
+	svc, src, err := Build(ctx, o, Deps{Client: client, Runner: podrunner.New(podrunner.Config{Client: client, Provisioner: "demo", ReportImage: "pav:test"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Name() != "demo" || svc.Node != nil || svc.Controller == nil {
+		t.Fatalf("controller mode assembled %+v", svc)
+	}
+	mm := metrics.NewCSIMetricsManagerForPlugin("demo")
+	podrunner.RegisterMetrics(mm.GetRegistry())
+	lis, err := Listen(o.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewGRPCServer(svc, mm)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(o.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil || info.Name != "demo" {
+		t.Fatalf("GetPluginInfo = %v, %v", info, err)
+	}
+	if _, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	cc := csi.NewControllerClient(conn)
+	_, err = cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "v1", VolumeCapabilities: []*csi.VolumeCapability{{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}},
+		Secrets: map[string]string{"password": "hunter2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{}); err == nil {
+		t.Fatal("DeleteVolume without id succeeded")
+	}
+	families, err := mm.GetRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	all := strings.Join(names, " ")
+	if !strings.Contains(all, "csi_plugin_operations_seconds") {
+		t.Fatalf("csi_plugin_operations_seconds missing from %s", all)
+	}
+}

@@ -1,0 +1,191 @@
+package phase
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/pods-as-volumes/pav/internal/templating"
+)
+
+// Request is what a volume asks for, whatever it comes from: a PVC (dynamic
+// provisioning through external-provisioner), a PV (static provisioning), or a
+// bare CSI request (csi-sanity, another CO).
+type Request struct {
+	VolumeMode  corev1.PersistentVolumeMode
+	AccessModes []corev1.PersistentVolumeAccessMode
+	MinCapacity int64  // bytes
+	MaxCapacity *int64 // bytes, nil when unbounded
+	Params      map[string]string
+}
+
+// FromClaim overrides base with what a PVC asks for: its volume mode, access
+// modes, requests.storage (the minimum) and limits.storage (the maximum). PaV's
+// contexts are defined on the claim; the controller and `pav render` both use
+// this, so that render shows what the driver will do.
+func FromClaim(base Request, pvc *corev1.PersistentVolumeClaim) Request {
+	r := base
+	if pvc.Spec.VolumeMode != nil {
+		r.VolumeMode = *pvc.Spec.VolumeMode
+	}
+	if len(pvc.Spec.AccessModes) > 0 {
+		r.AccessModes = pvc.Spec.AccessModes
+	}
+	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+		r.MinCapacity = q.Value()
+	}
+	if q, ok := pvc.Spec.Resources.Limits[corev1.ResourceStorage]; ok {
+		v := q.Value()
+		r.MaxCapacity = &v
+	}
+	return r
+}
+
+// Objects are the API objects a context may include; nil ones are left out.
+type Objects struct {
+	PVC  *corev1.PersistentVolumeClaim
+	SC   *storagev1.StorageClass
+	PV   *corev1.PersistentVolume
+	Node *corev1.Node
+}
+
+// ValidationVars is the context of spec.volumeValidation for dynamic provisioning
+// (pvc and sc when known) and, with objs.PV and handle set, for static
+// provisioning (spec §3).
+func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, error) {
+	v := templating.Vars{
+		"requestedVolumeMode":  string(r.VolumeMode),
+		"requestedAccessModes": accessModes(r.AccessModes),
+		"requestedMinCapacity": r.MinCapacity,
+		"requestedMaxCapacity": nil,
+		"params":               params(r.Params),
+	}
+	if r.MaxCapacity != nil {
+		v["requestedMaxCapacity"] = *r.MaxCapacity
+	}
+	if handle != "" {
+		v["handle"] = handle
+	}
+	return v, addObjects(v, Objects{PVC: objs.PVC, SC: objs.SC, PV: objs.PV})
+}
+
+// CreationVars is the context of spec.volumeCreation: the dynamic validation
+// context plus defaultHandle.
+func CreationVars(r Request, objs Objects, defaultHandle string) (templating.Vars, error) {
+	v, err := ValidationVars(r, Objects{PVC: objs.PVC, SC: objs.SC}, "")
+	if err != nil {
+		return nil, err
+	}
+	v["defaultHandle"] = defaultHandle
+	return v, nil
+}
+
+// DeletionVars is the context of spec.volumeDeletion: the creation context plus
+// the real handle and capacity of the volume (PaV could not see a handle the
+// creation pod exported; pav can). capacity 0 means unknown (null).
+func DeletionVars(r Request, objs Objects, defaultHandle, handle string, capacity int64) (templating.Vars, error) {
+	v, err := CreationVars(r, objs, defaultHandle)
+	if err != nil {
+		return nil, err
+	}
+	v["handle"] = handle
+	v["capacity"] = nil
+	if capacity > 0 {
+		v["capacity"] = capacity
+	}
+	return v, nil
+}
+
+// Staged describes a volume being staged or unstaged on a node.
+type Staged struct {
+	VolumeMode  corev1.PersistentVolumeMode
+	AccessModes []corev1.PersistentVolumeAccessMode // the PVC's
+	Capacity    int64
+	Params      map[string]string // pv.spec.csi.volumeAttributes, pav's own keys removed
+	Handle      string
+	ReadOnly    bool
+}
+
+// StagingVars is the context of spec.volumeStaging and spec.volumeUnstaging.
+func StagingVars(s Staged, objs Objects) (templating.Vars, error) {
+	v := templating.Vars{
+		"volumeMode":  string(s.VolumeMode),
+		"accessModes": accessModes(s.AccessModes),
+		"capacity":    s.Capacity,
+		"params":      params(s.Params),
+		"handle":      s.Handle,
+		"readOnly":    s.ReadOnly,
+	}
+	return v, addObjects(v, objs)
+}
+
+func addObjects(v templating.Vars, objs Objects) error {
+	for name, obj := range map[string]runtime.Object{"pvc": objs.PVC, "sc": objs.SC, "pv": objs.PV, "node": objs.Node} {
+		m, err := ObjectVar(obj)
+		if err != nil {
+			return fmt.Errorf("context variable %s: %w", name, err)
+		}
+		if m != nil {
+			v[name] = m
+		}
+	}
+	return nil
+}
+
+// ObjectVar turns an API object into the camelCase JSON map templates see (as the
+// API returns it). A nil object (typed or not) gives nil.
+func ObjectVar(obj runtime.Object) (map[string]any, error) {
+	// Typed clients drop apiVersion and kind; templates see objects as the API
+	// serves them, so put them back.
+	var apiVersion, kind string
+	switch o := obj.(type) {
+	case nil:
+		return nil, nil
+	case *corev1.PersistentVolumeClaim:
+		if o == nil {
+			return nil, nil
+		}
+		apiVersion, kind = "v1", "PersistentVolumeClaim"
+	case *corev1.PersistentVolume:
+		if o == nil {
+			return nil, nil
+		}
+		apiVersion, kind = "v1", "PersistentVolume"
+	case *storagev1.StorageClass:
+		if o == nil {
+			return nil, nil
+		}
+		apiVersion, kind = "storage.k8s.io/v1", "StorageClass"
+	case *corev1.Node:
+		if o == nil {
+			return nil, nil
+		}
+		apiVersion, kind = "v1", "Node"
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	if m["apiVersion"] == nil && apiVersion != "" {
+		m["apiVersion"], m["kind"] = apiVersion, kind
+	}
+	return templating.Normalize(m).(map[string]any), nil
+}
+
+func accessModes(l []corev1.PersistentVolumeAccessMode) []any {
+	out := make([]any, 0, len(l))
+	for _, m := range l {
+		out = append(out, string(m))
+	}
+	return out
+}
+
+func params(p map[string]string) map[string]any {
+	out := make(map[string]any, len(p))
+	for k, v := range p {
+		out[k] = v
+	}
+	return out
+}
