@@ -16,7 +16,8 @@
 // It also fills in what the fake clientset leaves out and the runner relies on:
 // UIDs and creationTimestamps on create, UID preconditions and graceful
 // deletion on delete (a running pod bound to a node gets a deletionTimestamp,
-// its containers are stopped, then it is removed), and pods/log.
+// its containers are stopped, then it is removed), pods/log, and watches that
+// hand out copies.
 package fakekubelet
 
 import (
@@ -35,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -156,7 +158,31 @@ func New(client *fake.Clientset, behaviour Behaviour, opts Options) *Kubelet {
 	client.PrependReactor("create", "pods", k.onCreate)
 	client.PrependReactor("delete", "pods", k.onDelete)
 	client.PrependReactor("get", "pods", k.onGetLog)
+	client.PrependWatchReactor("pods", k.onWatch)
 	return k
+}
+
+// onWatch serves pod watches from the tracker, as the fake clientset does, but
+// with every event's object copied. The tracker sends a watch that starts after
+// pods exist the very objects it stores, while an informer may change what it
+// receives (pav's runner drops managedFields in a transform): a data race with
+// the tracker's next read of the pod. A real API server decodes fresh objects
+// for every watcher.
+func (k *Kubelet) onWatch(action k8stesting.Action) (bool, watch.Interface, error) {
+	var opts metav1.ListOptions
+	if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+		opts = wa.ListOptions
+	}
+	w, err := k.tracker.Watch(podsGVR, action.GetNamespace(), opts)
+	if err != nil {
+		return false, nil, err
+	}
+	return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if e.Object != nil {
+			e.Object = e.Object.DeepCopyObject()
+		}
+		return e, true
+	}), nil
 }
 
 // Start watches pods until ctx is done; it returns once its informer has synced.
