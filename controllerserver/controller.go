@@ -34,9 +34,10 @@ import (
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
-// PodRunner runs one phase's pod (podrunner.Runner).
+// PodRunner runs and removes phase pods (podrunner.Runner).
 type PodRunner interface {
 	Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error)
+	Delete(ctx context.Context, op podrunner.Operation) error
 }
 
 // Server implements csi.ControllerServer.
@@ -52,6 +53,97 @@ type Server struct {
 	busy    inflight.Set
 	mu      sync.Mutex
 	created map[string]*record // by CSI volume name
+	// pods holds the token and UID of every pod this server runs, recorded
+	// before the pod is asked for. In memory for now: the PavVolume record
+	// takes it over (issue 12), so that a restarted driver can prove the pods
+	// it finds are its own.
+	pods *podIdentities
+}
+
+// podIdentities is the identity (podrunner token and UID) of each phase pod in
+// flight, by pod name.
+type podIdentities struct {
+	mu  sync.Mutex
+	ids map[string]*podIdentity
+}
+
+type podIdentity struct {
+	token string
+	uid   types.UID
+}
+
+// operation returns op with the recorded identity of its pod, recording a new
+// token if there is none yet.
+func (s *Server) operation(op podrunner.Operation) podrunner.Operation {
+	s.mu.Lock()
+	if s.pods == nil {
+		s.pods = &podIdentities{}
+	}
+	ids := s.pods
+	s.mu.Unlock()
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	if ids.ids == nil {
+		ids.ids = map[string]*podIdentity{}
+	}
+	name := op.PodName()
+	id := ids.ids[name]
+	if id == nil {
+		id = &podIdentity{token: podrunner.NewToken()}
+		ids.ids[name] = id
+	}
+	op.Token, op.UID = id.token, id.uid
+	op.Created = func(_ context.Context, uid types.UID) error {
+		ids.mu.Lock()
+		defer ids.mu.Unlock()
+		if cur := ids.ids[name]; cur == id {
+			id.uid = uid
+		}
+		return nil
+	}
+	return op
+}
+
+// forgetPod drops the identity of an operation's pod: once it is removed, or
+// when it was deleted before it finished (the retry runs a new pod, with a new
+// token).
+func (s *Server) forgetPod(op podrunner.Operation) {
+	s.mu.Lock()
+	ids := s.pods
+	s.mu.Unlock()
+	if ids == nil {
+		return
+	}
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	delete(ids.ids, op.PodName())
+}
+
+// runPod runs an operation's pod under its recorded identity. Once the pod has
+// an outcome (success or a pod failure) it is removed: the outcome is in hand,
+// and nothing else depends on the pod. A pod deleted before it finished is
+// forgotten, so that the retry runs a new one.
+func (s *Server) runPod(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error) {
+	op = s.operation(op)
+	res, err := s.Pods.Run(ctx, op)
+	var pf *podrunner.PodFailure
+	switch {
+	case err == nil:
+		op.UID = res.UID
+	case errors.As(err, &pf):
+		op.UID = pf.UID
+	case errors.Is(err, podrunner.ErrPodDeleted):
+		s.forgetPod(op)
+		return nil, err
+	default:
+		return nil, err
+	}
+	if derr := s.Pods.Delete(ctx, op); derr != nil {
+		// The outcome is known; the pod stays for the retry to read again.
+		return nil, fmt.Errorf("removing the finished %s pod: %w", op.Phase, derr)
+	}
+	s.forgetPod(op)
+	return res, err
 }
 
 // record is a volume this process created, for idempotent repeats and for a
@@ -223,7 +315,7 @@ func (s *Server) validate(ctx context.Context, p *v1alpha1.PavProvisioner, name 
 	if cfg.PodTemplate == nil {
 		return nil
 	}
-	_, err = s.Pods.Run(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: name, Template: *cfg.PodTemplate})
+	_, err = s.runPod(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: name, Template: *cfg.PodTemplate})
 	if err != nil {
 		return grpcerr.Status(fmt.Errorf("volume validation failed: %w", err), codes.InvalidArgument)
 	}
@@ -248,7 +340,7 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 		capacity = *cfg.Capacity
 	}
 	if cfg.PodTemplate != nil {
-		res, err := s.Pods.Run(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseCreation, VolumeKey: name, Template: *cfg.PodTemplate})
+		res, err := s.runPod(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseCreation, VolumeKey: name, Template: *cfg.PodTemplate})
 		if err != nil {
 			if isFinal(err) {
 				err = s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, fmt.Errorf("volume creation failed: %w", err))
@@ -321,7 +413,7 @@ func (s *Server) runDeletion(ctx context.Context, p *v1alpha1.PavProvisioner, ke
 	if err != nil || cfg.PodTemplate == nil {
 		return err
 	}
-	_, err = s.Pods.Run(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseDeletion, VolumeKey: key, Template: *cfg.PodTemplate})
+	_, err = s.runPod(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseDeletion, VolumeKey: key, Template: *cfg.PodTemplate})
 	return err
 }
 

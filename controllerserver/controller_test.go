@@ -45,6 +45,8 @@ func (f *fakeRunner) Run(_ context.Context, op podrunner.Operation) (*podrunner.
 	return &podrunner.Result{Pod: podrunner.PodName(op.Provisioner, op.Phase, op.VolumeKey), Files: map[string]string{}}, nil
 }
 
+func (f *fakeRunner) Delete(context.Context, podrunner.Operation) error { return nil }
+
 func (f *fakeRunner) phases() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -446,12 +448,15 @@ func TestDriverRestartAdoptsCreationPod(t *testing.T) {
 	}
 	defer func() { cancel(); kubelet.Wait() }()
 	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
+	// The pods' identities outlive the server, as the PavVolume record that
+	// holds them will.
+	ids := &podIdentities{}
 	newServer := func() *Server {
 		r := podrunner.New(podrunner.Config{Client: client, Provisioner: p.Name, ReportImage: "pav:test"})
 		if err := r.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: r}
+		return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: r, pods: ids}
 	}
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancelShort()

@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -47,6 +48,7 @@ import (
 type PodRunner interface {
 	Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error)
 	Delete(ctx context.Context, op podrunner.Operation) error
+	Namespace(op podrunner.Operation) string
 }
 
 // Server implements csi.NodeServer.
@@ -75,10 +77,77 @@ type staged struct {
 	ReadOnly   bool                                `json:"readOnly"`
 	PV         string                              `json:"pv,omitempty"`
 	StagedAt   string                              `json:"stagingTargetPath"`
-	// PodNamespace is where the staging pod runs (the template decides).
-	PodNamespace string `json:"podNamespace"`
+	// The pods pav runs for the volume on this node, recorded before each is
+	// asked for: only a pod with the recorded UID (or, until it is known, the
+	// recorded token) is ever adopted or deleted.
+	ValidationPod *podID `json:"validationPod,omitempty"`
+	StagingPod    *podID `json:"stagingPod,omitempty"`
+	UnstagingPod  *podID `json:"unstagingPod,omitempty"`
 	// Staged: the staging pod is done (or ready) and /pav/volume checked out.
 	Staged bool `json:"staged"`
+}
+
+// podID is the identity of one pod pav runs: where it is, the token it
+// carries, and its UID once known.
+type podID struct {
+	Namespace string    `json:"namespace"`
+	Token     string    `json:"token"`
+	UID       types.UID `json:"uid,omitempty"`
+}
+
+// withID returns op carrying id's identity.
+func withID(op podrunner.Operation, id *podID) podrunner.Operation {
+	op.Token, op.UID = id.Token, id.UID
+	if op.Template.Namespace == "" {
+		op.Template.Namespace = id.Namespace
+	}
+	return op
+}
+
+// runPod runs op's pod under the identity recorded in *slot, recording a fresh
+// one in state.json first if there is none, and the pod's UID as soon as it is
+// known. A pod deleted before it finished has its identity dropped, so that
+// the retry runs a new pod with a new token.
+func (s *Server) runPod(ctx context.Context, dir string, st *staged, slot **podID, op podrunner.Operation) (*podrunner.Result, error) {
+	if *slot == nil {
+		*slot = &podID{Namespace: s.Pods.Namespace(op), Token: podrunner.NewToken()}
+		if err := os.MkdirAll(filepath.Join(dir, "pav"), 0o750); err != nil {
+			return nil, err
+		}
+		if err := writeState(dir, st); err != nil {
+			return nil, err
+		}
+	}
+	id := *slot
+	op = withID(op, id)
+	op.Created = func(_ context.Context, uid types.UID) error {
+		id.UID = uid
+		return writeState(dir, st)
+	}
+	res, err := s.Pods.Run(ctx, op)
+	if errors.Is(err, podrunner.ErrPodDeleted) {
+		*slot = nil
+		if werr := writeState(dir, st); werr != nil {
+			return nil, fmt.Errorf("%w (and recording it: %v)", err, werr)
+		}
+	}
+	return res, err
+}
+
+// removePod deletes the pod recorded in *slot (never a pod pav did not
+// create) and then drops its identity.
+func (s *Server) removePod(ctx context.Context, dir string, st *staged, slot **podID, op podrunner.Operation) error {
+	if *slot == nil {
+		return nil
+	}
+	if err := s.Pods.Delete(ctx, withID(op, *slot)); err != nil {
+		return fmt.Errorf("removing the %s pod: %w", op.Phase, err)
+	}
+	*slot = nil
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		return nil
+	}
+	return writeState(dir, st)
 }
 
 const podVolume = podrunner.MountPath + "/volume"
@@ -179,10 +248,18 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if done, err := s.alreadyStaged(dir, target, mode); done || err != nil {
 		return &csi.NodeStageVolumeResponse{}, err
 	}
+	prev, err := readState(dir)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
 
 	st := &staged{Handle: handle, VolumeMode: mode, Access: []corev1.PersistentVolumeAccessMode{accessMode},
 		Params: volume.UserParams(req.GetVolumeContext()), StagedAt: target,
 		ReadOnly: csimode.IsReadOnly(req.GetVolumeCapability())}
+	if prev != nil {
+		// A retry of a staging that did not finish: its pods are the ones recorded.
+		st.ValidationPod, st.StagingPod, st.UnstagingPod = prev.ValidationPod, prev.StagingPod, prev.UnstagingPod
+	}
 	capacity, _, dynamic, err := volume.ParseContext(req.GetVolumeContext())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -193,7 +270,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, err
 	}
 	if !dynamic {
-		if err := s.validateStatic(ctx, p, st, objs); err != nil {
+		if err := s.validateStatic(ctx, p, st, objs, dir); err != nil {
 			return nil, err
 		}
 	}
@@ -207,18 +284,12 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	op := s.op(p.Name, v1alpha1.PhaseStaging, handle, dir, *cfg.PodTemplate)
 	op.KeepRunning = true
-	// The state goes down before the pod starts: kubelet calls NodeUnstageVolume
-	// for a staging whose outcome it does not know (a timed-out call), and that
-	// call must find the pod (its namespace comes from the template) and the
-	// directory.
-	st.PodNamespace = op.Namespace()
-	if err := os.MkdirAll(filepath.Join(dir, "pav"), 0o750); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if err := writeState(dir, st); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if _, err := s.Pods.Run(ctx, op); err != nil {
+	// The state (with the staging pod's identity) goes down before the pod
+	// starts: kubelet calls NodeUnstageVolume for a staging whose outcome it
+	// does not know (a timed-out call), and that call must find the pod and
+	// the directory.
+	res, err := s.runPod(ctx, dir, st, &st.StagingPod, op)
+	if err != nil {
 		var pf *podrunner.PodFailure
 		if errors.As(err, &pf) {
 			err = s.revertStaging(ctx, p, st, objs, dir, fmt.Errorf("volume staging failed: %w", err))
@@ -231,6 +302,13 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	st.Staged = true
 	if err := writeState(dir, st); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if !res.Running {
+		// A staging pod that completed has nothing more to do; NodeUnstage
+		// would remove it anyway, by the identity recorded.
+		if err := s.removePod(ctx, dir, st, &st.StagingPod, op); err != nil {
+			klog.FromContext(ctx).Error(err, "Could not remove the completed staging pod; unstaging will", "handle", handle)
+		}
 	}
 	klog.V(2).InfoS("volume staged", "handle", handle, "stagingTargetPath", target, "mode", mode)
 	return &csi.NodeStageVolumeResponse{}, nil
@@ -295,28 +373,50 @@ func (s *Server) revertStaging(ctx context.Context, p *v1alpha1.PavProvisioner, 
 // /pav directory, and only then detaches leftover mounts and removes the
 // directory: a failed unstaging keeps the directory for the retry.
 func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string) error {
-	stagingOp := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseStaging, VolumeKey: s.key(st.Handle), NodeName: s.NodeID}
-	stagingOp.Template.Namespace = st.PodNamespace
-	if err := s.Pods.Delete(ctx, stagingOp); err != nil {
-		return fmt.Errorf("removing the staging pod: %w", err)
-	}
-	vars, err := phase.StagingVars(st.vars(), objs)
-	if err != nil {
+	began := st.StagingPod != nil || st.Staged || st.UnstagingPod != nil
+	if err := s.removePod(ctx, dir, st, &st.ValidationPod, s.bareOp(p.Name, v1alpha1.PhaseValidation, st.Handle)); err != nil {
 		return err
 	}
-	cfg, err := s.Eval.Unstaging(ctx, p, vars)
-	if err != nil {
+	if err := s.removePod(ctx, dir, st, &st.StagingPod, s.bareOp(p.Name, v1alpha1.PhaseStaging, st.Handle)); err != nil {
 		return err
 	}
-	if cfg.PodTemplate != nil {
-		if _, err := s.Pods.Run(ctx, s.op(p.Name, v1alpha1.PhaseUnstaging, st.Handle, dir, *cfg.PodTemplate)); err != nil {
-			return fmt.Errorf("volume unstaging failed: %w", err)
+	// Only a staging that began has something for the unstaging pod to undo.
+	if began {
+		vars, err := phase.StagingVars(st.vars(), objs)
+		if err != nil {
+			return err
+		}
+		cfg, err := s.Eval.Unstaging(ctx, p, vars)
+		if err != nil {
+			return err
+		}
+		if cfg.PodTemplate != nil {
+			op := s.op(p.Name, v1alpha1.PhaseUnstaging, st.Handle, dir, *cfg.PodTemplate)
+			_, err := s.runPod(ctx, dir, st, &st.UnstagingPod, op)
+			var pf *podrunner.PodFailure
+			if errors.As(err, &pf) {
+				// The retry runs the unstaging pod again: remove this one.
+				if derr := s.removePod(ctx, dir, st, &st.UnstagingPod, op); derr != nil {
+					klog.FromContext(ctx).Error(derr, "Could not remove the failed unstaging pod", "handle", st.Handle)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("volume unstaging failed: %w", err)
+			}
+			if err := s.removePod(ctx, dir, st, &st.UnstagingPod, op); err != nil {
+				return err
+			}
 		}
 	}
 	if err := hostmount.UnmountAll(dir); err != nil {
 		return err
 	}
 	return os.RemoveAll(dir)
+}
+
+// bareOp names a node phase's pod of a volume, for removing it.
+func (s *Server) bareOp(provisioner string, ph v1alpha1.Phase, handle string) podrunner.Operation {
+	return podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: s.key(handle), NodeName: s.NodeID}
 }
 
 // NodeUnstageVolume undoes NodeStageVolume. An unknown volume is already unstaged.
@@ -469,7 +569,7 @@ func (s *Server) objects(ctx context.Context, handle string, st *staged) (phase.
 
 // validateStatic runs spec.volumeValidation for a statically provisioned PV
 // before its first staging (PaV documented this but never ran it).
-func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects) error {
+func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string) error {
 	if !p.Spec.HasMode(v1alpha1.Static) {
 		return status.Errorf(codes.FailedPrecondition, "PavProvisioner %q does not allow static provisioning: add Static to spec.provisioningModes, or provision through a StorageClass", p.Name)
 	}
@@ -496,7 +596,22 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 		return nil
 	}
 	op := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: s.key(st.Handle), NodeName: s.NodeID, Template: *cfg.PodTemplate}
-	if _, err := s.Pods.Run(ctx, op); err != nil {
+	_, err = s.runPod(ctx, dir, st, &st.ValidationPod, op)
+	var pf *podrunner.PodFailure
+	if err != nil && !errors.As(err, &pf) {
+		return grpcerr.Status(fmt.Errorf("static volume validation: %w", err), codes.Internal)
+	}
+	// The outcome is in hand: the pod goes.
+	if derr := s.removePod(ctx, dir, st, &st.ValidationPod, op); derr != nil {
+		return grpcerr.Status(derr, codes.Internal)
+	}
+	if err != nil {
+		if st.StagingPod == nil && st.UnstagingPod == nil {
+			// Nothing else was made for the volume on this node.
+			if rerr := os.RemoveAll(dir); rerr != nil {
+				return status.Error(codes.Internal, rerr.Error())
+			}
+		}
 		return grpcerr.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
 	}
 	return nil

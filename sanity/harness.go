@@ -124,6 +124,15 @@ func Run(t *testing.T, accessType string) {
 	sanity.Test(t, cfg)
 
 	srv.Stop()
+	// Every pod pav ran must be gone: callers remove finished pods once they
+	// have recorded the outcome.
+	if pods, err := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{}); err != nil {
+		t.Error(err)
+	} else {
+		for _, p := range pods.Items {
+			t.Errorf("pod left behind: %s/%s (phase %s)", p.Namespace, p.Name, p.Labels[podrunner.LabelPhase])
+		}
+	}
 	cancel()
 	kubelet.Wait()
 	leaks(t, dir)

@@ -25,9 +25,9 @@ import (
 
 // renderInputs are `pav render`'s flags.
 type renderInputs struct {
-	file, phase, pvc, sc, pv, node, handle, capacity, reportImage string
-	params                                                        paramFlag
-	readOnly                                                      bool
+	file, phase, pvc, sc, pv, node, handle, capacity, reportImage, podNamespace string
+	params                                                                      paramFlag
+	readOnly                                                                    bool
 }
 
 type paramFlag map[string]string
@@ -79,6 +79,7 @@ func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.StringVar(&in.capacity, "capacity", "", "volume capacity (deletion, staging; default: the PV's)")
 	fs.BoolVar(&in.readOnly, "read-only", false, "staging: stage read-only")
 	fs.StringVar(&in.reportImage, "report-image", "ghcr.io/pods-as-volumes/pav:latest", "image of the report sidecar in the printed pod")
+	fs.StringVar(&in.podNamespace, "pod-namespace", podrunner.DefaultNamespace, "the driver's namespace (its --pod-namespace): where pods whose template names no namespace go")
 	fs.Var(in.params, "param", "a parameter key=value (StorageClass parameters or PV volumeAttributes); repeatable, wins over --sc/--pv")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -180,7 +181,7 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			v.Result = "REJECTED: " + err.Error()
 		}
 		out.Validation = v
-		return out, setPod(out, p.Name, ph, "validation", cfg.PodTemplate, "", in.reportImage)
+		return out, setPod(out, p.Name, ph, "validation", cfg.PodTemplate, "", in)
 	case v1alpha1.PhaseCreation, v1alpha1.PhaseDeletion:
 		if err := need("--pvc", objs.PVC != nil); err != nil {
 			return nil, err
@@ -198,7 +199,7 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 				return nil, err
 			}
 			out.Creation = &renderedCreation{Handle: cfg.Handle, Capacity: cfg.Capacity}
-			return out, setPod(out, p.Name, ph, defHandle, cfg.PodTemplate, "", in.reportImage)
+			return out, setPod(out, p.Name, ph, defHandle, cfg.PodTemplate, "", in)
 		}
 		handle, capacity := in.handle, int64(0)
 		if objs.PV != nil && objs.PV.Spec.CSI != nil {
@@ -225,7 +226,7 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 		if err != nil {
 			return nil, err
 		}
-		return out, setPod(out, p.Name, ph, "delete/"+handle, cfg.PodTemplate, "", in.reportImage)
+		return out, setPod(out, p.Name, ph, "delete/"+handle, cfg.PodTemplate, "", in)
 	case v1alpha1.PhaseStaging, v1alpha1.PhaseUnstaging:
 		if err := need("--pv (the PersistentVolume being staged)", objs.PV != nil && objs.PV.Spec.CSI != nil); err != nil {
 			return nil, err
@@ -253,22 +254,27 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			return nil, err
 		}
 		hostDir := filepath.Join(nodeserver.VolumeDir(filepath.Join("/var/lib/kubelet/plugins", p.Name, "volumes"), st.Handle), "pav")
-		return out, setPod(out, p.Name, ph, st.Handle+"@"+objs.Node.Name, cfg.PodTemplate, objs.Node.Name, in.reportImage, hostDir)
+		return out, setPod(out, p.Name, ph, st.Handle+"@"+objs.Node.Name, cfg.PodTemplate, objs.Node.Name, in, hostDir)
 	}
 	return nil, fmt.Errorf("--phase must be validation, creation, deletion, staging or unstaging, got %q", in.phase)
 }
 
+// renderedToken stands for the random token the driver records, and puts on
+// the pod, before it creates it.
+const renderedToken = "<random: recorded by pav before it creates the pod>"
+
 // setPod builds the pod as podrunner would, or notes that the phase has none.
-func setPod(out *rendered, prov string, ph v1alpha1.Phase, key string, t *corev1.PodTemplateSpec, node, image string, hostPath ...string) error {
+func setPod(out *rendered, prov string, ph v1alpha1.Phase, key string, t *corev1.PodTemplateSpec, node string, in renderInputs, hostPath ...string) error {
 	if t == nil {
 		out.Note = fmt.Sprintf("spec.%s has no podTemplate: no pod runs in this phase", ph.Field())
 		return nil
 	}
-	op := podrunner.Operation{Provisioner: prov, Phase: ph, VolumeKey: key, Template: *t, NodeName: node, KeepRunning: ph == v1alpha1.PhaseStaging}
+	op := podrunner.Operation{Provisioner: prov, Phase: ph, VolumeKey: key, Template: *t, NodeName: node,
+		KeepRunning: ph == v1alpha1.PhaseStaging, Token: renderedToken}
 	if len(hostPath) > 0 {
 		op.HostPath = hostPath[0]
 	}
-	pod, err := podrunner.BuildPod(op, image)
+	pod, err := podrunner.BuildPod(op, in.reportImage, in.podNamespace)
 	if err != nil {
 		return err
 	}
