@@ -40,6 +40,25 @@ type PodRunner interface {
 	Delete(ctx context.Context, op podrunner.Operation) error
 }
 
+// PodOperation is the operation whose pod the controller plugin runs for phase
+// ph of a volume. key is the CSI volume name for validation and creation (and
+// for the deletion that reverts a failed creation), DeletionKey(handle) for
+// DeleteVolume. The key decides the pod's name, so that a retried call finds
+// its pod; `pav render` builds its pods here too, so it shows the names the
+// driver uses.
+func PodOperation(provisioner string, ph v1alpha1.Phase, key string, t corev1.PodTemplateSpec) podrunner.Operation {
+	return podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: key, Template: t}
+}
+
+// DeletionKey is DeleteVolume's volume key (and in-flight key) for a handle,
+// kept apart from the CSI volume names CreateVolume uses as keys.
+func DeletionKey(handle string) string { return "delete/" + handle }
+
+// DefaultHandle is PaV's default handle of a claim's volume, pvc-<uid>. It is
+// also the CSI volume name external-provisioner gives the claim's volume with
+// its default --volume-name-prefix.
+func DefaultHandle(pvc *corev1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
+
 // Server implements csi.ControllerServer.
 type Server struct {
 	csi.UnimplementedControllerServer
@@ -246,7 +265,7 @@ func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode
 	volume.Snapshot(&claim.PVC.ObjectMeta)
 	// PaV's default handle is pvc-<uid>; external-provisioner's volume name is the
 	// same by default, but a --volume-name-prefix may differ.
-	claim.DefaultHandle = "pvc-" + string(pvc.UID)
+	claim.DefaultHandle = DefaultHandle(pvc)
 	r = phase.FromClaim(r, pvc)
 	if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
 		obj, err := s.Client.StorageV1().StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
@@ -315,7 +334,7 @@ func (s *Server) validate(ctx context.Context, p *v1alpha1.PavProvisioner, name 
 	if cfg.PodTemplate == nil {
 		return nil
 	}
-	_, err = s.runPod(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: name, Template: *cfg.PodTemplate})
+	_, err = s.runPod(ctx, PodOperation(p.Name, v1alpha1.PhaseValidation, name, *cfg.PodTemplate))
 	if err != nil {
 		return grpcerr.Status(fmt.Errorf("volume validation failed: %w", err), codes.InvalidArgument)
 	}
@@ -340,7 +359,7 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 		capacity = *cfg.Capacity
 	}
 	if cfg.PodTemplate != nil {
-		res, err := s.runPod(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseCreation, VolumeKey: name, Template: *cfg.PodTemplate})
+		res, err := s.runPod(ctx, PodOperation(p.Name, v1alpha1.PhaseCreation, name, *cfg.PodTemplate))
 		if err != nil {
 			if isFinal(err) {
 				err = s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, fmt.Errorf("volume creation failed: %w", err))
@@ -413,7 +432,7 @@ func (s *Server) runDeletion(ctx context.Context, p *v1alpha1.PavProvisioner, ke
 	if err != nil || cfg.PodTemplate == nil {
 		return err
 	}
-	_, err = s.runPod(ctx, podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseDeletion, VolumeKey: key, Template: *cfg.PodTemplate})
+	_, err = s.runPod(ctx, PodOperation(p.Name, v1alpha1.PhaseDeletion, key, *cfg.PodTemplate))
 	return err
 }
 
@@ -428,7 +447,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	release, ok := s.busy.TryAcquire("delete/" + handle)
+	release, ok := s.busy.TryAcquire(DeletionKey(handle))
 	if !ok {
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
 	}
@@ -448,7 +467,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	}
 	r := phase.Request{VolumeMode: claim.RequestedVolumeMode, AccessModes: claim.RequestedAccessModes,
 		MinCapacity: claim.RequestedMinCapacity, MaxCapacity: claim.RequestedMaxCapacity, Params: rec.params}
-	if err := s.runDeletion(ctx, p, "delete/"+handle, r, claim, handle, rec.capacity); err != nil {
+	if err := s.runDeletion(ctx, p, DeletionKey(handle), r, claim, handle, rec.capacity); err != nil {
 		return nil, grpcerr.Status(fmt.Errorf("volume deletion failed: %w", err), codes.Internal)
 	}
 	s.forget(handle)

@@ -538,8 +538,8 @@ spec:
 	{"min equals max", pav("exact", `{provisioningModes: [Static], volumeValidation: {minCapacity: 1Ki, maxCapacity: 1024}, `+staging+`}`)},
 	{"min template, max literal: not compared", pav("mixed", `{provisioningModes: [Static], volumeValidation: {minCapacity: "{{ params.min }}", maxCapacity: 1Gi}, `+staging+`}`)},
 	{"63-character name with digits and dashes", pav(strings.Repeat("a1-", 20)+"end", static+`}`)},
-	{"modes in the other order, single-letter name", pav("p", `{provisioningModes: [Static, Dynamic], volumeCreation: {handle: "{{ defaultHandle }}", podTemplate: {spec: {}}}, `+staging+`}`)},
-	{"empty pod template object, metadata only", pav("empty-pod", `{provisioningModes: [Static], volumeStaging: {podTemplate: {metadata: {name: ignored}}}}`)},
+	{"modes in the other order, single-letter name", pav("p", `{provisioningModes: [Static, Dynamic], volumeCreation: {handle: "{{ defaultHandle }}", podTemplate: {spec: {containers: [{name: c, image: b}]}}}, `+staging+`}`)},
+	{"containers from a template", pav("templated-containers", `{provisioningModes: [Static], volumeStaging: {podTemplate: {metadata: {name: ignored}, spec: {containers: "{% set yaml = true %}[{name: c, image: {{ params.image }}}]"}}}}`)},
 	{"null optional phases count as absent", pav("nulls", `{provisioningModes: [Static], volumeValidation: null, volumeCreation: null, `+staging+`}`)},
 }
 
@@ -597,6 +597,9 @@ var invalidObjects = []struct {
 	{"unknown field in volumeStaging", pav("x", `{provisioningModes: [Static], volumeStaging: {podTemplate: {}, nodeSelector: {}}}`), "policy", "spec.volumeStaging", "unknown field(s) nodeSelector; volumeStaging may only hold podTemplate"},
 	{"pod template with apiVersion and kind (a whole Pod)", pav("x", `{provisioningModes: [Static], volumeStaging: {podTemplate: {apiVersion: v1, kind: Pod, spec: {}}}}`), "policy", "spec.volumeStaging.podTemplate", "; a pod template may only hold metadata and spec"}, // the fields come in any order
 	{"pod template with status", pav("x", static+`, volumeUnstaging: {podTemplate: {spec: {}, status: {}}}}`), "policy", "spec.volumeUnstaging.podTemplate", "a pod template may only hold metadata and spec"},
+	{"pod template with metadata only", pav("x", `{provisioningModes: [Static], volumeStaging: {podTemplate: {metadata: {name: ignored}}}}`), "policy", "spec.volumeStaging.podTemplate.spec.containers", "needs at least one container"},
+	{"pod spec without containers", pav("x", `{provisioningModes: [Dynamic], volumeCreation: {capacity: 1Gi, podTemplate: {spec: {restartPolicy: Never}}}, `+staging+`}`), "policy", "spec.volumeCreation.podTemplate.spec.containers", "needs at least one container"},
+	{"empty containers list", pav("x", static+`, volumeUnstaging: {podTemplate: {spec: {containers: []}}}}`), "policy", "spec.volumeUnstaging.podTemplate.spec.containers", "needs at least one container"},
 
 	// provisioning modes and phases
 	{"volumeCreation without Dynamic", pav("x", static+`, volumeCreation: {capacity: 1Gi}}`), "crd", "spec.volumeCreation", "may only be set when spec.provisioningModes contains Dynamic"},
@@ -701,9 +704,9 @@ func TestPolicyNeverErrors(t *testing.T) {
 			for i := len(parts) - 1; i >= 1; i-- {
 				val = "{" + parts[i] + ": " + val + "}"
 			}
-			spec := `{provisioningModes: [Dynamic], volumeCreation: {capacity: 1Gi}, volumeStaging: {podTemplate: {}}, ` + parts[0] + `: ` + val + `}`
+			spec := `{provisioningModes: [Dynamic], volumeCreation: {capacity: 1Gi}, volumeStaging: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}, ` + parts[0] + `: ` + val + `}`
 			if parts[0] == "volumeCreation" || parts[0] == "volumeStaging" {
-				spec = `{provisioningModes: [Dynamic], ` + map[string]string{"volumeCreation": "volumeStaging: {podTemplate: {}}", "volumeStaging": "volumeCreation: {capacity: 1Gi}"}[parts[0]] + `, ` + parts[0] + `: ` + val + `}`
+				spec = `{provisioningModes: [Dynamic], ` + map[string]string{"volumeCreation": "volumeStaging: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}", "volumeStaging": "volumeCreation: {capacity: 1Gi}"}[parts[0]] + `, ` + parts[0] + `: ` + val + `}`
 			}
 			for _, r := range a.admit(t, pav("x", spec), "") {
 				n++

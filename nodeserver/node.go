@@ -163,6 +163,27 @@ func VolumeDir(stateDir, handle string) string {
 	return filepath.Join(stateDir, hex.EncodeToString(sum[:12]))
 }
 
+// PodOperation is the operation whose pod the node plugin nodeID runs for phase
+// ph of the volume handle: staging and unstaging pods get the volume's
+// directory under stateDir at /pav (and a staging pod may keep running); a
+// static validation pod runs on the node with an emptyDir. The volume key
+// (handle@node: the same handle staged on two nodes has two staging pods)
+// decides the pod's name. `pav render` builds its pods here too, so it shows
+// the names and paths the driver uses.
+func PodOperation(nodeID, stateDir, provisioner string, ph v1alpha1.Phase, handle string, t corev1.PodTemplateSpec) podrunner.Operation {
+	op := podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: handle + "@" + nodeID, Template: t, NodeName: nodeID}
+	if ph == v1alpha1.PhaseStaging || ph == v1alpha1.PhaseUnstaging {
+		op.HostPath = filepath.Join(VolumeDir(stateDir, handle), "pav")
+		op.KeepRunning = ph == v1alpha1.PhaseStaging
+	}
+	return op
+}
+
+// podOperation is PodOperation on this node.
+func (s *Server) podOperation(provisioner string, ph v1alpha1.Phase, handle string, t corev1.PodTemplateSpec) podrunner.Operation {
+	return PodOperation(s.NodeID, s.StateDir, provisioner, ph, handle, t)
+}
+
 func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	return &csi.NodeGetInfoResponse{NodeId: s.NodeID}, nil
 }
@@ -282,8 +303,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, grpcerr.Status(err, codes.InvalidArgument)
 	}
-	op := s.op(p.Name, v1alpha1.PhaseStaging, handle, dir, *cfg.PodTemplate)
-	op.KeepRunning = true
+	op := s.podOperation(p.Name, v1alpha1.PhaseStaging, handle, *cfg.PodTemplate)
 	// The state (with the staging pod's identity) goes down before the pod
 	// starts: kubelet calls NodeUnstageVolume for a staging whose outcome it
 	// does not know (a timed-out call), and that call must find the pod and
@@ -374,10 +394,10 @@ func (s *Server) revertStaging(ctx context.Context, p *v1alpha1.PavProvisioner, 
 // directory: a failed unstaging keeps the directory for the retry.
 func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string) error {
 	began := st.StagingPod != nil || st.Staged || st.UnstagingPod != nil
-	if err := s.removePod(ctx, dir, st, &st.ValidationPod, s.bareOp(p.Name, v1alpha1.PhaseValidation, st.Handle)); err != nil {
+	if err := s.removePod(ctx, dir, st, &st.ValidationPod, s.podOperation(p.Name, v1alpha1.PhaseValidation, st.Handle, corev1.PodTemplateSpec{})); err != nil {
 		return err
 	}
-	if err := s.removePod(ctx, dir, st, &st.StagingPod, s.bareOp(p.Name, v1alpha1.PhaseStaging, st.Handle)); err != nil {
+	if err := s.removePod(ctx, dir, st, &st.StagingPod, s.podOperation(p.Name, v1alpha1.PhaseStaging, st.Handle, corev1.PodTemplateSpec{})); err != nil {
 		return err
 	}
 	// Only a staging that began has something for the unstaging pod to undo.
@@ -391,7 +411,7 @@ func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *st
 			return err
 		}
 		if cfg.PodTemplate != nil {
-			op := s.op(p.Name, v1alpha1.PhaseUnstaging, st.Handle, dir, *cfg.PodTemplate)
+			op := s.podOperation(p.Name, v1alpha1.PhaseUnstaging, st.Handle, *cfg.PodTemplate)
 			_, err := s.runPod(ctx, dir, st, &st.UnstagingPod, op)
 			var pf *podrunner.PodFailure
 			if errors.As(err, &pf) {
@@ -412,11 +432,6 @@ func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *st
 		return err
 	}
 	return os.RemoveAll(dir)
-}
-
-// bareOp names a node phase's pod of a volume, for removing it.
-func (s *Server) bareOp(provisioner string, ph v1alpha1.Phase, handle string) podrunner.Operation {
-	return podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: s.key(handle), NodeName: s.NodeID}
 }
 
 // NodeUnstageVolume undoes NodeStageVolume. An unknown volume is already unstaged.
@@ -595,7 +610,7 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 	if cfg.PodTemplate == nil {
 		return nil
 	}
-	op := podrunner.Operation{Provisioner: p.Name, Phase: v1alpha1.PhaseValidation, VolumeKey: s.key(st.Handle), NodeName: s.NodeID, Template: *cfg.PodTemplate}
+	op := s.podOperation(p.Name, v1alpha1.PhaseValidation, st.Handle, *cfg.PodTemplate)
 	_, err = s.runPod(ctx, dir, st, &st.ValidationPod, op)
 	var pf *podrunner.PodFailure
 	if err != nil && !errors.As(err, &pf) {
@@ -615,15 +630,6 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 		return grpcerr.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
 	}
 	return nil
-}
-
-// key identifies a volume on this node: the same handle staged on two nodes has
-// two staging pods.
-func (s *Server) key(handle string) string { return handle + "@" + s.NodeID }
-
-func (s *Server) op(provisioner string, ph v1alpha1.Phase, handle, dir string, t corev1.PodTemplateSpec) podrunner.Operation {
-	return podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: s.key(handle), Template: t,
-		NodeName: s.NodeID, HostPath: filepath.Join(dir, "pav")}
 }
 
 func (st *staged) vars() phase.Staged {

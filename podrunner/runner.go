@@ -405,10 +405,14 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 }
 
 // createOrAdopt creates the pod or adopts the operation's existing pod (see
-// ownership). A pod of ours that is being deleted and has not finished has an
-// unknown outcome: it is waited out and reported as ErrPodDeleted, so that the
-// caller re-runs the phase with a new token. One that has finished is adopted,
-// since its result is final.
+// ownership). One that has finished is adopted, since its result is final (a
+// driver restart may have come between its end and the record of its
+// outcome). One of ours that is being deleted has an unknown outcome: the API
+// server removes a finished pod at once when it is deleted (pav's pods have no
+// finalizers), so a pod still there with a deletionTimestamp was deleted while
+// it ran, and whatever it ends with (exit code 143, say) is its killing, not
+// the operation's result. It is waited out and reported as ErrPodDeleted, so
+// that the caller re-runs the phase with a new token.
 func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Pod, op *Operation) (*corev1.Pod, error) {
 	logger := klog.FromContext(ctx)
 	pods := r.cfg.Client.CoreV1().Pods(pod.Namespace)
@@ -430,28 +434,28 @@ func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Po
 				return nil, fmt.Errorf("creating %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
 			}
 		}
-		existing := pw.cached()
-		if existing == nil || (op.UID != "" && existing.UID != op.UID) {
-			// Not in the cache (yet), or the cache may lag behind: ask the API server.
-			got, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err) && op.UID != "":
-				return nil, fmt.Errorf("%w: %s pod %s/%s (uid %s) is gone and its outcome was never recorded",
-					ErrPodDeleted, op.Phase, pod.Namespace, pod.Name, op.UID)
-			case apierrors.IsNotFound(err):
-				continue // deleted in between: create again
-			case err != nil:
-				return nil, fmt.Errorf("getting existing %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
-			}
-			existing = got
+		// The API server's copy, not the informer's: the cache may lag behind,
+		// and not show yet that the pod is being deleted.
+		existing, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) && op.UID != "":
+			return nil, fmt.Errorf("%w: %s pod %s/%s (uid %s) is gone and its outcome was never recorded",
+				ErrPodDeleted, op.Phase, pod.Namespace, pod.Name, op.UID)
+		case apierrors.IsNotFound(err):
+			continue // deleted in between: create again
+		case err != nil:
+			return nil, fmt.Errorf("getting existing %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
 		}
 		if err := r.checkOwner(ctx, existing, op, true); err != nil {
 			return nil, err
 		}
-		if existing.DeletionTimestamp != nil && !finished(existing) {
+		if existing.DeletionTimestamp != nil {
+			// Deleted while it ran (the API server removes a finished pod at
+			// once: pav's pods have no finalizers), so whatever it ends with
+			// (exit code 143, say) is its killing, not the operation's result.
 			// Wait it out: the caller's retry, with a new token, must not meet
 			// it (it would be foreign to the new token).
-			logger.Info("The operation's pod is being deleted before it finished; waiting for it to go", "uid", existing.UID)
+			logger.Info("The operation's pod is being deleted; waiting for it to go", "uid", existing.UID, "podPhase", existing.Status.Phase)
 			if err := r.waitGone(ctx, pw, existing.UID); err != nil {
 				return nil, err
 			}
@@ -569,6 +573,15 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 	for {
 		p := pw.cached()
 		switch {
+		case p != nil && p.UID == uid && p.DeletionTimestamp != nil && !finished(p):
+			// Someone deletes it while it runs: what it ends with is its
+			// killing, not the operation's result.
+			logger.Info("The operation's pod is being deleted before it finished; waiting for it to go")
+			if err := r.waitGone(ctx, pw, uid); err != nil {
+				return nil, verdict{}, err
+			}
+			return nil, verdict{}, fmt.Errorf("%w: %s pod %s/%s (uid %s) was deleted by someone else before it finished",
+				ErrPodDeleted, op.Phase, pw.ns, pw.name, uid)
 		case p != nil && p.UID == uid:
 			v := evaluate(op, p, reportExpired, timedOut, r.cfg.PodTimeout)
 			if v.done {

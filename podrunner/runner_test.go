@@ -475,41 +475,68 @@ func TestAdoptFinishedPod(t *testing.T) {
 	}
 }
 
+// A pod of the operation that is being deleted is never adopted, whether its
+// containers still run or were already killed: Run waits until it is gone and
+// runs a new pod. (Adopting the killed pod took its exit code 143 for the
+// operation's result; this test was flaky because under load Run met the pod
+// in that state, or read it from an informer cache that did not show the
+// deletion yet.)
 func TestTerminatingPodIsWaitedOut(t *testing.T) {
-	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run}), envOpts{kubelet: fakekubelet.Options{DeletionDelay: 300 * time.Millisecond}})
-	op := creationOp("pvc-terminating")
-	pod, _ := e.runner.BuildPod(op)
-	if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	old := e.waitPod(op, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	if err := e.client.CoreV1().Pods(pod.Namespace).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Our pod, terminating before it finished: its outcome is unknown. Run
-	// waits until it is gone (so the caller's retry, with a new token, does not
-	// meet it) and says so; it never starts a second pod itself.
-	start := time.Now()
-	_, err := e.runner.Run(e.ctx, op)
-	if !errors.Is(err, podrunner.ErrPodDeleted) || !strings.Contains(err.Error(), string(old.UID)) {
-		t.Fatalf("err %v, want ErrPodDeleted naming %s", err, old.UID)
-	}
-	if time.Since(start) < 200*time.Millisecond {
-		t.Errorf("returned after %v, before the terminating pod was gone", time.Since(start))
-	}
-	e.assertGone(op)
-	if n := e.creates.Load(); n != 1 {
-		t.Errorf("%d creates, want 1", n)
-	}
-	// The retry, with a new token, runs the phase again.
-	retry := creationOp("pvc-terminating")
-	ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
-	defer cancel()
-	if _, err := e.runner.Run(ctx, retry); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("retry: %v", err)
-	}
-	if p, err := e.getPod(retry); err != nil || p.Annotations[podrunner.AnnotationToken] != retry.Token {
-		t.Fatalf("retry's pod %v err %v", p, err)
+	for _, tc := range []struct {
+		name    string
+		kubelet fakekubelet.Options
+		// terminating is the state the deleted pod is in when Run meets it;
+		// nil: Run is already waiting on the pod when it is deleted.
+		terminating func(p *corev1.Pod) bool
+	}{
+		{"met while its containers still run", fakekubelet.Options{StopDelay: 500 * time.Millisecond},
+			func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && p.Status.Phase == corev1.PodRunning }},
+		{"met once killed, not yet removed", fakekubelet.Options{DeletionDelay: 500 * time.Millisecond},
+			func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && p.Status.Phase == corev1.PodFailed }},
+		{"deleted while Run waits on it", fakekubelet.Options{StopDelay: 300 * time.Millisecond, DeletionDelay: 300 * time.Millisecond}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run}), envOpts{kubelet: tc.kubelet})
+			op := creationOp("pvc-terminating")
+			pod, _ := e.runner.BuildPod(op)
+			if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			old := e.waitPod(op, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+			done := make(chan error, 1)
+			if tc.terminating == nil {
+				go func() { _, err := e.runner.Run(e.ctx, op); done <- err }()
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err := e.client.CoreV1().Pods(pod.Namespace).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.terminating != nil {
+				e.waitPod(op, tc.terminating)
+				go func() { _, err := e.runner.Run(e.ctx, op); done <- err }()
+			}
+			// Our pod, deleted before it finished: its outcome is unknown
+			// (exit code 143 is its killing). Run waits until it is gone, so
+			// that the caller's retry with a new token does not meet it, and
+			// says so; it never starts a second pod itself.
+			if err := <-done; !errors.Is(err, podrunner.ErrPodDeleted) || !strings.Contains(err.Error(), string(old.UID)) {
+				t.Fatalf("Run: %v, want ErrPodDeleted naming %s", err, old.UID)
+			}
+			e.assertGone(op)
+			if n := e.creates.Load(); n != 1 {
+				t.Errorf("%d creates, want 1", n)
+			}
+			// The retry, with a new token, runs the phase again.
+			retry := creationOp("pvc-terminating")
+			ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+			defer cancel()
+			if _, err := e.runner.Run(ctx, retry); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("retry: %v", err)
+			}
+			if p, err := e.getPod(retry); err != nil || p.Annotations[podrunner.AnnotationToken] != retry.Token || p.UID == old.UID {
+				t.Fatalf("retry's pod %v err %v", p, err)
+			}
+		})
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/controllerserver"
+	"github.com/pods-as-volumes/pav/internal/driver"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/templating"
@@ -25,9 +26,9 @@ import (
 
 // renderInputs are `pav render`'s flags.
 type renderInputs struct {
-	file, phase, pvc, sc, pv, node, handle, capacity, reportImage, podNamespace string
-	params                                                                      paramFlag
-	readOnly                                                                    bool
+	file, phase, pvc, sc, pv, node, handle, capacity, reportImage, stateDir, podNamespace string
+	params                                                                                paramFlag
+	readOnly                                                                              bool
 }
 
 type paramFlag map[string]string
@@ -79,7 +80,8 @@ func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.StringVar(&in.capacity, "capacity", "", "volume capacity (deletion, staging; default: the PV's)")
 	fs.BoolVar(&in.readOnly, "read-only", false, "staging: stage read-only")
 	fs.StringVar(&in.reportImage, "report-image", "ghcr.io/pods-as-volumes/pav:latest", "image of the report sidecar in the printed pod")
-	fs.StringVar(&in.podNamespace, "pod-namespace", podrunner.DefaultNamespace, "the driver's namespace (its --pod-namespace): where pods whose template names no namespace go")
+	fs.StringVar(&in.stateDir, "state-dir", "", "staging, unstaging: the node plugin's --state-dir (default /var/lib/kubelet/plugins/NAME/volumes)")
+	fs.StringVar(&in.podNamespace, "pod-namespace", podrunner.DefaultNamespace, "the driver's --pod-namespace: where pods whose template names no namespace go")
 	fs.Var(in.params, "param", "a parameter key=value (StorageClass parameters or PV volumeAttributes); repeatable, wins over --sc/--pv")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -148,6 +150,24 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 	eval := phase.NewEvaluator(offlinePVCs{objs.PVC})
 	ph := v1alpha1.Phase(in.phase)
 	out := &rendered{Phase: ph}
+	// Pods are built by the driver's own code: the controller plugin's
+	// (controllerserver.PodOperation) for the dynamic phases, the node plugin's
+	// (nodeserver.PodOperation, on --node, with the driver's state directory)
+	// for staging, unstaging and static validation.
+	stateDir := in.stateDir
+	if stateDir == "" {
+		stateDir = driver.DefaultStateDir(p.Name)
+	}
+	controllerOp := func(key string) operationOf {
+		return func(t corev1.PodTemplateSpec) podrunner.Operation {
+			return controllerserver.PodOperation(p.Name, ph, key, t)
+		}
+	}
+	nodeOp := func(node, handle string) operationOf {
+		return func(t corev1.PodTemplateSpec) podrunner.Operation {
+			return nodeserver.PodOperation(node, stateDir, p.Name, ph, handle, t)
+		}
+	}
 	need := func(what string, ok bool) error {
 		if !ok {
 			return fmt.Errorf("the %s phase needs %s", ph, what)
@@ -158,14 +178,21 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 	case v1alpha1.PhaseValidation:
 		var r phase.Request
 		var vars templating.Vars
-		handle := ""
+		var op operationOf
 		switch {
 		case objs.PVC != nil:
+			// Dynamic: the controller plugin, keyed by the CSI volume name.
 			r = claimRequest(objs.PVC, objs.SC, in.params)
 			vars, err = phase.ValidationVars(r, phase.Objects{PVC: objs.PVC, SC: objs.SC}, "")
+			op = controllerOp(controllerserver.DefaultHandle(objs.PVC))
 		case objs.PV != nil:
+			// Static: the node plugin, before the first staging on a node.
+			var handle string
 			r, handle = pvRequest(objs.PV, in.params)
 			vars, err = phase.ValidationVars(r, phase.Objects{PV: objs.PV, PVC: objs.PVC}, handle)
+			if objs.Node != nil {
+				op = nodeOp(objs.Node.Name, handle)
+			}
 		default:
 			return nil, need("--pvc (dynamic provisioning) or --pv (static provisioning)", false)
 		}
@@ -181,13 +208,17 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			v.Result = "REJECTED: " + err.Error()
 		}
 		out.Validation = v
-		return out, setPod(out, p.Name, ph, "validation", cfg.PodTemplate, "", in)
+		if op == nil && cfg.PodTemplate != nil {
+			out.Note = "static validation runs on the node that stages the volume first: give --node to see its pod"
+			return out, nil
+		}
+		return out, setPod(out, ph, cfg.PodTemplate, in, op)
 	case v1alpha1.PhaseCreation, v1alpha1.PhaseDeletion:
 		if err := need("--pvc", objs.PVC != nil); err != nil {
 			return nil, err
 		}
 		r := claimRequest(objs.PVC, objs.SC, in.params)
-		defHandle := "pvc-" + string(objs.PVC.UID)
+		defHandle := controllerserver.DefaultHandle(objs.PVC)
 		o := phase.Objects{PVC: objs.PVC, SC: objs.SC}
 		if ph == v1alpha1.PhaseCreation {
 			vars, err := phase.CreationVars(r, o, defHandle)
@@ -199,7 +230,8 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 				return nil, err
 			}
 			out.Creation = &renderedCreation{Handle: cfg.Handle, Capacity: cfg.Capacity}
-			return out, setPod(out, p.Name, ph, defHandle, cfg.PodTemplate, "", in)
+			// external-provisioner names the volume as PaV names its default handle.
+			return out, setPod(out, ph, cfg.PodTemplate, in, controllerOp(defHandle))
 		}
 		handle, capacity := in.handle, int64(0)
 		if objs.PV != nil && objs.PV.Spec.CSI != nil {
@@ -226,7 +258,7 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 		if err != nil {
 			return nil, err
 		}
-		return out, setPod(out, p.Name, ph, "delete/"+handle, cfg.PodTemplate, "", in)
+		return out, setPod(out, ph, cfg.PodTemplate, in, controllerOp(controllerserver.DeletionKey(handle)))
 	case v1alpha1.PhaseStaging, v1alpha1.PhaseUnstaging:
 		if err := need("--pv (the PersistentVolume being staged)", objs.PV != nil && objs.PV.Spec.CSI != nil); err != nil {
 			return nil, err
@@ -253,8 +285,7 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 		if err != nil {
 			return nil, err
 		}
-		hostDir := filepath.Join(nodeserver.VolumeDir(filepath.Join("/var/lib/kubelet/plugins", p.Name, "volumes"), st.Handle), "pav")
-		return out, setPod(out, p.Name, ph, st.Handle+"@"+objs.Node.Name, cfg.PodTemplate, objs.Node.Name, in, hostDir)
+		return out, setPod(out, ph, cfg.PodTemplate, in, nodeOp(objs.Node.Name, st.Handle))
 	}
 	return nil, fmt.Errorf("--phase must be validation, creation, deletion, staging or unstaging, got %q", in.phase)
 }
@@ -263,18 +294,19 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 // the pod, before it creates it.
 const renderedToken = "<random: recorded by pav before it creates the pod>"
 
-// setPod builds the pod as podrunner would, or notes that the phase has none.
-func setPod(out *rendered, prov string, ph v1alpha1.Phase, key string, t *corev1.PodTemplateSpec, node string, in renderInputs, hostPath ...string) error {
+// operationOf is the driver's operation for an evaluated pod template.
+type operationOf func(t corev1.PodTemplateSpec) podrunner.Operation
+
+// setPod builds the pod as the driver's pod runner would (podrunner.BuildPod of
+// the driver's own operation), or notes that the phase has none.
+func setPod(out *rendered, ph v1alpha1.Phase, t *corev1.PodTemplateSpec, in renderInputs, op operationOf) error {
 	if t == nil {
 		out.Note = fmt.Sprintf("spec.%s has no podTemplate: no pod runs in this phase", ph.Field())
 		return nil
 	}
-	op := podrunner.Operation{Provisioner: prov, Phase: ph, VolumeKey: key, Template: *t, NodeName: node,
-		KeepRunning: ph == v1alpha1.PhaseStaging, Token: renderedToken}
-	if len(hostPath) > 0 {
-		op.HostPath = hostPath[0]
-	}
-	pod, err := podrunner.BuildPod(op, in.reportImage, in.podNamespace)
+	o := op(*t)
+	o.Token = renderedToken
+	pod, err := podrunner.BuildPod(o, in.reportImage, in.podNamespace)
 	if err != nil {
 		return err
 	}

@@ -260,7 +260,12 @@ start() {
   fi
   : >> "$LOGS/$name.log"
   echo "==== $(date -Is) start" >> "$LOGS/$name.log"
-  PATH="$BIN:$PATH" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$RUN/$name.pid" "$BIN/$name" "$@" \
+  # The daemon keeps no inherited descriptor beyond 0-2: one held by whoever ran this script
+  # (say, `flock /tmp/pav-cluster.lock make e2e`'s lock) would stay held as long as the
+  # cluster runs.
+  PATH="$BIN:$PATH" setsid bash -c 'for fd in /proc/$$/fd/*; do fd=${fd##*/}
+      if [ "$fd" -gt 2 ] && [ -e "/proc/$$/fd/$fd" ]; then eval "exec $fd>&-"; fi; done
+    echo $$ > "$0"; exec "$@"' "$RUN/$name.pid" "$BIN/$name" "$@" \
     >> "$LOGS/$name.log" 2>&1 < /dev/null &
   local i
   for i in $(seq 50); do [ -s "$RUN/$name.pid" ] && pid_of "$name" >/dev/null && break; sleep 0.1; done

@@ -78,6 +78,13 @@ func (o *Options) Validate() error {
 	return nil
 }
 
+// DefaultStateDir is the node plugin's state directory (--state-dir) for a
+// provisioner: beside the kubelet's plugin sockets, the same path in the
+// plugin's container and on the host.
+func DefaultStateDir(provisioner string) string {
+	return filepath.Join("/var/lib/kubelet/plugins", provisioner, "volumes")
+}
+
 // Services are the three CSI services of one driver process.
 type Services struct {
 	Identity   *identity.Server
@@ -137,7 +144,7 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 	if o.Mode != ModeController {
 		stateDir := o.StateDir
 		if stateDir == "" {
-			stateDir = filepath.Join("/var/lib/kubelet/plugins", name, "volumes")
+			stateDir = DefaultStateDir(name)
 		}
 		if err := os.MkdirAll(stateDir, 0o750); err != nil {
 			return nil, nil, err

@@ -101,7 +101,12 @@ type Options struct {
 	// the host, after the Outcome's files are written: a test can create files
 	// there as the pod would (e.g. a staging pod's /pav/volume).
 	OnStart func(pod *corev1.Pod, pavDir string) error
-	// DeletionDelay is how long a gracefully deleted pod stays Terminating.
+	// StopDelay is how long a gracefully deleted running pod's containers take
+	// to exit (a real container handling SIGTERM): meanwhile the pod stays
+	// Running with its deletionTimestamp.
+	StopDelay time.Duration
+	// DeletionDelay is how long a gracefully deleted pod stays Terminating
+	// once its containers have exited (phase Failed, exit code 143).
 	DeletionDelay time.Duration
 }
 
@@ -534,6 +539,15 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	}
 	if !ok {
 		return
+	}
+	if deleted && k.opts.StopDelay > 0 {
+		t := time.NewTimer(k.opts.StopDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 
 	// The regular containers exit (or are killed by a deletion).

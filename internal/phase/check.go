@@ -16,6 +16,27 @@ func isTemplate(v any) bool {
 	return ok && templating.IsTemplate(s)
 }
 
+// holdsTemplate reports whether a template string stands anywhere in v.
+func holdsTemplate(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			if holdsTemplate(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if holdsTemplate(e) {
+				return true
+			}
+		}
+	default:
+		return isTemplate(v)
+	}
+	return false
+}
+
 // Check finds what is wrong with a PavProvisioner before any volume is involved:
 // provisioning modes, required phases, template syntax of every string, and every
 // literal (non-template) value, with the same rules evaluation applies. The driver

@@ -123,7 +123,7 @@ func decodeValidation(m map[string]any, literalOnly bool) (*ValidationConfig, er
 	}
 	skip := func(k string) bool { return m[k] == nil || literalOnly && isTemplate(m[k]) }
 	if !skip("volumeModes") {
-		modes, err := enumList(m["volumeModes"], path+".volumeModes", "Filesystem", "Block")
+		modes, err := enumList(m["volumeModes"], path+".volumeModes", literalOnly, "Filesystem", "Block")
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +133,7 @@ func decodeValidation(m map[string]any, literalOnly bool) (*ValidationConfig, er
 		}
 	}
 	if !skip("accessModes") {
-		modes, err := enumList(m["accessModes"], path+".accessModes", "ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
+		modes, err := enumList(m["accessModes"], path+".accessModes", literalOnly, "ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
 		if err != nil {
 			return nil, err
 		}
@@ -157,10 +157,10 @@ func decodeValidation(m map[string]any, literalOnly bool) (*ValidationConfig, er
 		c.MaxCapacity = &n
 	}
 	if c.MaxCapacity != nil && c.MinCapacity > *c.MaxCapacity {
-		return nil, fieldErr(path, "minCapacity (%d bytes) is greater than maxCapacity (%d bytes)", c.MinCapacity, *c.MaxCapacity)
+		return nil, fieldErr(path+".minCapacity", "must not be greater than maxCapacity (%d bytes > %d bytes)", c.MinCapacity, *c.MaxCapacity)
 	}
 	if !skip("podTemplate") {
-		t, err := podTemplate(m["podTemplate"], path+".podTemplate")
+		t, err := podTemplate(m["podTemplate"], path+".podTemplate", literalOnly)
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +201,7 @@ func decodeCreation(m map[string]any, literalOnly bool) (*CreationConfig, error)
 		c.Capacity = &n
 	}
 	if !skip("podTemplate") {
-		t, err := podTemplate(m["podTemplate"], path+".podTemplate")
+		t, err := podTemplate(m["podTemplate"], path+".podTemplate", literalOnly)
 		if err != nil {
 			return nil, err
 		}
@@ -247,7 +247,7 @@ func decodePodPhase(m map[string]any, path string, required, literalOnly bool) (
 	if literalOnly && isTemplate(m["podTemplate"]) {
 		return c, nil
 	}
-	t, err := podTemplate(m["podTemplate"], path+".podTemplate")
+	t, err := podTemplate(m["podTemplate"], path+".podTemplate", literalOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -256,8 +256,12 @@ func decodePodPhase(m map[string]any, path string, required, literalOnly bool) (
 }
 
 // podTemplate decodes an evaluated pod template strictly, so a typo such as
-// "imag:" is reported with its path instead of being silently dropped.
-func podTemplate(v any, path string) (*corev1.PodTemplateSpec, error) {
+// "imag:" is reported with its path instead of being silently dropped. With
+// literalOnly, a template that still holds template strings is only checked
+// for what they cannot change (a template string may stand where the pod
+// needs a number or an object, which only evaluation tells), and nil is
+// returned.
+func podTemplate(v any, path string, literalOnly bool) (*corev1.PodTemplateSpec, error) {
 	m, err := asObject(v, path, []string{"metadata", "spec"})
 	if err != nil {
 		return nil, err
@@ -265,16 +269,37 @@ func podTemplate(v any, path string) (*corev1.PodTemplateSpec, error) {
 	if m == nil {
 		return nil, nil
 	}
+	for _, k := range []string{"metadata", "spec"} {
+		if x := m[k]; x != nil && !(literalOnly && isTemplate(x)) {
+			if _, ok := x.(map[string]any); !ok {
+				return nil, fieldErr(path+"."+k, "must be an object, got %s", typeName(x))
+			}
+		}
+	}
+	// A pod needs containers, whatever templates elsewhere give, unless spec
+	// or containers is itself a template.
+	spec, specIsObject := m["spec"].(map[string]any)
+	if !(literalOnly && (isTemplate(m["spec"]) || specIsObject && isTemplate(spec["containers"]))) {
+		if c, isList := spec["containers"].([]any); spec["containers"] == nil || isList && len(c) == 0 {
+			return nil, fieldErr(path+".spec.containers", "needs at least one container")
+		}
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, fieldErr(path, "%v", err)
 	}
 	t := &corev1.PodTemplateSpec{}
-	if err := UnmarshalStrict(b, t); err != nil {
+	strict, err := sigsjson.UnmarshalStrict(b, t)
+	switch {
+	case len(strict) > 0:
+		// Unknown or duplicate fields: a typo, template strings or not.
+		return nil, fieldErr(path, "is not a valid pod template: %v", joinErrors(strict))
+	case err != nil && literalOnly && holdsTemplate(m):
+		// A template string where the pod needs a number or an object:
+		// only evaluation tells.
+		return nil, nil
+	case err != nil:
 		return nil, fieldErr(path, "is not a valid pod template: %v", err)
-	}
-	if len(t.Spec.Containers) == 0 {
-		return nil, fieldErr(path+".spec.containers", "needs at least one container")
 	}
 	return t, nil
 }
@@ -290,15 +315,22 @@ func UnmarshalStrict(data []byte, v any) error {
 	if len(strict) == 0 {
 		return nil
 	}
-	msgs := make([]string, len(strict))
-	for i, e := range strict {
+	return joinErrors(strict)
+}
+
+// joinErrors is one error of several, their messages joined with "; ".
+func joinErrors(errs []error) error {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
 		msgs[i] = e.Error()
 	}
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-// enumList checks a non-empty list of allowed strings and returns it deduplicated.
-func enumList(v any, path string, allowed ...string) ([]string, error) {
+// enumList checks a non-empty list of allowed strings and returns it
+// deduplicated. With literalOnly, template items are skipped: evaluation
+// checks them.
+func enumList(v any, path string, literalOnly bool, allowed ...string) ([]string, error) {
 	l, ok := v.([]any)
 	if !ok {
 		return nil, fieldErr(path, "must be a list, got %s", typeName(v))
@@ -308,6 +340,9 @@ func enumList(v any, path string, allowed ...string) ([]string, error) {
 	}
 	var out []string
 	for i, x := range l {
+		if literalOnly && isTemplate(x) {
+			continue
+		}
 		s, ok := x.(string)
 		if !ok || !slices.Contains(allowed, s) {
 			return nil, fieldErr(fmt.Sprintf("%s[%d]", path, i), "must be one of %s, got %s", strings.Join(allowed, ", "), describe(x))

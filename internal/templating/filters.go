@@ -702,18 +702,10 @@ func filterToJSON(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Val
 	return exec.AsSafeValue(b.String())
 }
 
-// ToJSON renders v as Jinja's tojson filter does (htmlsafe_json_dumps with
-// sort_keys): one line, keys sorted, ", " and ": " separators, non-ASCII as
-// \uXXXX, and <, >, & and ' escaped so the output is safe in HTML and in
-// single-quoted YAML/shell contexts.
-func ToJSON(v any) (string, error) {
-	var b strings.Builder
-	if err := writeJSON(&b, exec.ToValue(v), -1, 0); err != nil {
-		return "", err
-	}
-	return b.String(), nil
-}
-
+// writeJSON renders v as Jinja's tojson filter does (htmlsafe_json_dumps with
+// sort_keys): one line unless indent >= 0, keys sorted, ", " and ": "
+// separators, non-ASCII as \uXXXX, and <, >, & and ' escaped so the output is
+// safe in HTML and in single-quoted YAML/shell contexts.
 func writeJSON(b *strings.Builder, v *exec.Value, indent, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("tojson: value is nested too deeply")
@@ -1115,8 +1107,9 @@ func checkSizes(name string, limit int64, va *exec.VarArgs) error {
 	return nil
 }
 
-// sizeMethods are the str methods whose integer argument is a size.
-var sizeMethods = map[string]bool{"center": true, "ljust": true, "rjust": true, "zfill": true, "expandtabs": true}
+// sizeMethods are gonja's str methods whose integer argument is a size (pav's
+// own center, ljust, rjust and expandtabs bound theirs).
+var sizeMethods = map[string]bool{"zfill": true}
 
 // cycler is Jinja's cycler(items…): gonja's panics when called without
 // items.

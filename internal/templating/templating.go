@@ -384,8 +384,8 @@ var (
 )
 
 func init() {
-	// gonja's filters panic on some inputs ([1, None] | min, for one); a
-	// recover per filter turns that into an error naming the filter.
+	// gonja's filters panic on some inputs, and map('nosuchfilter') returns a
+	// list of errors; safeFilter turns both into an error naming the filter.
 	for _, name := range gonjaFilters {
 		if f, ok := filters.Get(name); ok {
 			_ = filters.Replace(name, safeFilter(name, f))

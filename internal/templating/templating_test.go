@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"sync"
@@ -243,6 +244,7 @@ var evalCases = []struct {
 	{"lipsum bounded", "{{ lipsum(100000) }}", nil, "too large"},
 	{"center bounded", "{{ 'x' | center(1000000000) }}", nil, "too large"},
 	{"ljust bounded", "{{ 'x'.ljust(1000000000) }}", nil, "too large"},
+	{"zfill bounded", "{{ 'x'.zfill(1000000000) }}", nil, "too large"},
 	{"format width bounded", "{{ '%1000000000d' | format(1) }}", nil, "too large"},
 }
 
@@ -604,13 +606,35 @@ func TestToBash(t *testing.T) {
 	}
 }
 
-func TestToJSON(t *testing.T) {
-	got, err := ToJSON(map[string]any{"b": []any{int64(1), 2.5, "<x>", nil, true}, "a": map[string]any{}})
+// tojson of context data: keys sorted, Jinja's separators, HTML-unsafe
+// characters escaped; what JSON cannot hold is an error.
+func TestToJSONOfContextData(t *testing.T) {
+	e := New(Options{})
+	vars := Vars{"v": map[string]any{"b": []any{int64(1), 2.5, "<x>", nil, true}, "a": map[string]any{}}, "f": func() {}}
+	got, err := e.EvaluateString(context.Background(), "{{ v | tojson }}", vars)
 	if err != nil || got != `{"a": {}, "b": [1, 2.5, "\u003cx\u003e", null, true]}` {
 		t.Fatalf("got %q, %v", got, err)
 	}
-	if _, err := ToJSON(struct{}{}); err == nil {
-		t.Fatal("no error for a struct")
+	if _, err := e.EvaluateString(context.Background(), "{{ f | tojson }}", vars); err == nil || !strings.Contains(err.Error(), "not JSON serializable") {
+		t.Fatalf("a function: %v", err)
+	}
+}
+
+// TestPyFloat holds pyFloat (gonja's Value.String for finite values) to
+// Python's repr(); the expectations are Python 3's output.
+func TestPyFloat(t *testing.T) {
+	for f, want := range map[float64]string{
+		0: "0.0", math.Copysign(0, -1): "-0.0", 1: "1.0", 1.5: "1.5", 0.30000000000000004: "0.30000000000000004",
+		1e15: "1000000000000000.0", 1e16: "1e+16", 1e-4: "0.0001", 1e-5: "1e-05", 1.5e-7: "1.5e-07",
+		123456789012345678.0: "1.2345678901234568e+17", 5e-324: "5e-324", math.MaxFloat64: "1.7976931348623157e+308",
+		100: "100.0", -2.5e-10: "-2.5e-10", math.Inf(1): "inf", math.Inf(-1): "-inf",
+	} {
+		if got := pyFloat(f); got != want {
+			t.Errorf("pyFloat(%v) = %q, want %q", f, got, want)
+		}
+	}
+	if got := pyFloat(math.NaN()); got != "nan" {
+		t.Errorf("pyFloat(NaN) = %q", got)
 	}
 }
 

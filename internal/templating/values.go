@@ -268,8 +268,10 @@ func truthy(v *exec.Value) bool {
 	return true
 }
 
-// pyFloat formats a float as Python's repr() does (shortest round-trip
-// digits, exponent notation outside [1e-4, 1e16)).
+// pyFloat formats a float as Python's repr() does. gonja's Value.String does
+// that for finite values (shortest round-trip digits, exponent notation outside
+// [1e-4, 1e16), -0.0): TestDifferentialPaV and TestPyFloat hold it to Python.
+// It spells the others NaN, +Inf and -Inf.
 func pyFloat(f float64) string {
 	switch {
 	case math.IsNaN(f):
@@ -279,23 +281,7 @@ func pyFloat(f float64) string {
 	case math.IsInf(f, -1):
 		return "-inf"
 	}
-	if f == 0 {
-		if math.Signbit(f) {
-			return "-0.0"
-		}
-		return "0.0"
-	}
-	// The decimal exponent, from the shortest round-trip digits.
-	e := strconv.FormatFloat(f, 'e', -1, 64)
-	exp, _ := strconv.Atoi(e[strings.LastIndexByte(e, 'e')+1:])
-	if exp < -4 || exp >= 16 {
-		return e // Go and Python agree: 1e+16, 1.5e-07
-	}
-	s := strconv.FormatFloat(f, 'f', -1, 64)
-	if !strings.ContainsRune(s, '.') {
-		s += ".0"
-	}
-	return s
+	return exec.AsValue(f).String()
 }
 
 // pyStr is Python's str() as Jinja applies it (Undefined is "").
