@@ -259,7 +259,7 @@ func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode
 	}
 	pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return r, nil, nil, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ns, name, err), codes.Unavailable)
+		return r, nil, nil, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ns, name, err))
 	}
 	claim.PVC = pvc.DeepCopy()
 	volume.Snapshot(&claim.PVC.ObjectMeta)
@@ -270,7 +270,7 @@ func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode
 	if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
 		obj, err := s.Client.StorageV1().StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
 		if err != nil {
-			return r, nil, nil, grpcerr.Status(fmt.Errorf("reading StorageClass %s of PVC %s/%s: %w", *sc, ns, name, err), codes.Unavailable)
+			return r, nil, nil, grpcerr.Status(fmt.Errorf("reading StorageClass %s of PVC %s/%s: %w", *sc, ns, name, err))
 		}
 		claim.SC = obj.DeepCopy()
 		volume.Snapshot(&claim.SC.ObjectMeta)
@@ -326,17 +326,17 @@ func (s *Server) validate(ctx context.Context, p *v1alpha1.PavProvisioner, name 
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return grpcerr.Status(err, codes.InvalidArgument)
+		return grpcerr.Status(err)
 	}
 	if err := cfg.CheckRequest(r); err != nil {
-		return grpcerr.Status(err, codes.InvalidArgument)
+		return grpcerr.Status(err)
 	}
 	if cfg.PodTemplate == nil {
 		return nil
 	}
 	_, err = s.runPod(ctx, PodOperation(p.Name, v1alpha1.PhaseValidation, name, *cfg.PodTemplate))
 	if err != nil {
-		return grpcerr.Status(fmt.Errorf("volume validation failed: %w", err), codes.InvalidArgument)
+		return grpcerr.Status(fmt.Errorf("volume validation failed: %w", err))
 	}
 	return nil
 }
@@ -352,7 +352,7 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 	}
 	cfg, err := s.Eval.Creation(ctx, p, vars)
 	if err != nil {
-		return nil, grpcerr.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err)
 	}
 	handle, capacity := cfg.Handle, int64(0)
 	if cfg.Capacity != nil {
@@ -364,11 +364,11 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 			if isFinal(err) {
 				err = s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, fmt.Errorf("volume creation failed: %w", err))
 			}
-			return nil, grpcerr.Status(err, codes.Internal)
+			return nil, grpcerr.Status(err)
 		}
 		handle, capacity, err = fromPodFiles(res.Files, handle, capacity)
 		if err != nil {
-			return nil, grpcerr.Status(s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, err), codes.Internal)
+			return nil, grpcerr.Status(s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, grpcerr.WithCode(codes.Internal, err)))
 		}
 	}
 	handle = orDefault(handle, claim.DefaultHandle)
@@ -385,7 +385,7 @@ func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name st
 		if cfg.PodTemplate != nil {
 			rangeErr = s.revert(ctx, p, name, r, claim, handle, capacity, rangeErr)
 		}
-		return nil, grpcerr.Status(rangeErr, codes.OutOfRange)
+		return nil, grpcerr.Status(grpcerr.WithCode(codes.OutOfRange, rangeErr))
 	}
 	vc, err := volume.Context(r.Params, capacity, claim)
 	if err != nil {
@@ -418,7 +418,7 @@ func fromPodFiles(files map[string]string, handle string, capacity int64) (strin
 func (s *Server) revert(ctx context.Context, p *v1alpha1.PavProvisioner, name string, r phase.Request, claim *volume.Claim, handle string, capacity int64, cause error) error {
 	if err := s.runDeletion(ctx, p, name, r, claim, handle, capacity); err != nil {
 		klog.ErrorS(err, "deletion pod after a failed creation failed too; the volume may need manual clean-up", "volume", name, "handle", handle)
-		return fmt.Errorf("%w; the deletion pod that reverts it failed too: %v", cause, err)
+		return &grpcerr.RevertError{Cause: cause, Err: fmt.Errorf("the deletion pod: %w", err)}
 	}
 	return cause
 }
@@ -468,7 +468,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	r := phase.Request{VolumeMode: claim.RequestedVolumeMode, AccessModes: claim.RequestedAccessModes,
 		MinCapacity: claim.RequestedMinCapacity, MaxCapacity: claim.RequestedMaxCapacity, Params: rec.params}
 	if err := s.runDeletion(ctx, p, DeletionKey(handle), r, claim, handle, rec.capacity); err != nil {
-		return nil, grpcerr.Status(fmt.Errorf("volume deletion failed: %w", err), codes.Internal)
+		return nil, grpcerr.Status(fmt.Errorf("volume deletion failed: %w", err))
 	}
 	s.forget(handle)
 	return &csi.DeleteVolumeResponse{}, nil
@@ -576,7 +576,7 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return nil, grpcerr.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err)
 	}
 	if err := cfg.CheckRequest(r); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil

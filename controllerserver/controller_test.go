@@ -167,7 +167,7 @@ func TestCreateVolume(t *testing.T) {
 			req:  createReq("v1", 1, 0),
 			answers: map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){
 				v1alpha1.PhaseCreation: podFails("quota exceeded"), v1alpha1.PhaseDeletion: podFails("backend down")},
-			wantCode: codes.Internal, wantMsg: "failed too", wantPhases: "creation deletion"},
+			wantCode: codes.Aborted, wantMsg: "undoing it failed too", wantPhases: "creation deletion"},
 		{name: "empty /pav/handle reverts",
 			spec:     "  volumeCreation: " + fmt.Sprintf(pod, "true") + "\n  volumeDeletion: " + fmt.Sprintf(pod, "rm") + "\n",
 			req:      createReq("v1", 1, 0),

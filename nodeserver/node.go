@@ -301,7 +301,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	cfg, err := s.Eval.Staging(ctx, p, vars)
 	if err != nil {
-		return nil, grpcerr.Status(err, codes.InvalidArgument)
+		return nil, grpcerr.Status(err)
 	}
 	op := s.podOperation(p.Name, v1alpha1.PhaseStaging, handle, *cfg.PodTemplate)
 	// The state (with the staging pod's identity) goes down before the pod
@@ -314,10 +314,10 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if errors.As(err, &pf) {
 			err = s.revertStaging(ctx, p, st, objs, dir, fmt.Errorf("volume staging failed: %w", err))
 		}
-		return nil, grpcerr.Status(err, codes.Internal)
+		return nil, grpcerr.Status(err)
 	}
 	if _, err := checkVolume(dir, st); err != nil {
-		return nil, grpcerr.Status(s.revertStaging(ctx, p, st, objs, dir, err), codes.Internal)
+		return nil, grpcerr.Status(s.revertStaging(ctx, p, st, objs, dir, grpcerr.WithCode(codes.Internal, err)))
 	}
 	st.Staged = true
 	if err := writeState(dir, st); err != nil {
@@ -384,7 +384,7 @@ func checkVolume(dir string, st *staged) (string, error) {
 func (s *Server) revertStaging(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string, cause error) error {
 	if err := s.unstage(ctx, p, st, objs, dir); err != nil {
 		klog.ErrorS(err, "unstaging after a failed staging failed too", "handle", st.Handle)
-		return fmt.Errorf("%w; unstaging it failed too: %v", cause, err)
+		return &grpcerr.RevertError{Cause: cause, Err: fmt.Errorf("unstaging: %w", err)}
 	}
 	return cause
 }
@@ -466,7 +466,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, err
 	}
 	if err := s.unstage(ctx, p, st, objs, dir); err != nil {
-		return nil, grpcerr.Status(err, codes.Internal)
+		return nil, grpcerr.Status(err)
 	}
 	klog.V(2).InfoS("volume unstaged", "handle", handle)
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -570,13 +570,13 @@ func (s *Server) objects(ctx context.Context, handle string, st *staged) (phase.
 				objs.PVC = pvc
 				st.Access = pvc.Spec.AccessModes
 			case err != nil && !apierrors.IsNotFound(err):
-				return objs, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ref.Namespace, ref.Name, err), codes.Unavailable)
+				return objs, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ref.Namespace, ref.Name, err))
 			}
 		}
 	}
 	node, err := s.Client.CoreV1().Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
 	if err != nil {
-		return objs, grpcerr.Status(fmt.Errorf("reading Node %s: %w", s.NodeID, err), codes.Unavailable)
+		return objs, grpcerr.Status(fmt.Errorf("reading Node %s: %w", s.NodeID, err))
 	}
 	objs.Node = node
 	return objs, nil
@@ -602,10 +602,10 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return grpcerr.Status(err, codes.InvalidArgument)
+		return grpcerr.Status(err)
 	}
 	if err := cfg.CheckRequest(r); err != nil {
-		return grpcerr.Status(err, codes.InvalidArgument)
+		return grpcerr.Status(err)
 	}
 	if cfg.PodTemplate == nil {
 		return nil
@@ -614,11 +614,11 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 	_, err = s.runPod(ctx, dir, st, &st.ValidationPod, op)
 	var pf *podrunner.PodFailure
 	if err != nil && !errors.As(err, &pf) {
-		return grpcerr.Status(fmt.Errorf("static volume validation: %w", err), codes.Internal)
+		return grpcerr.Status(fmt.Errorf("static volume validation: %w", err))
 	}
 	// The outcome is in hand: the pod goes.
 	if derr := s.removePod(ctx, dir, st, &st.ValidationPod, op); derr != nil {
-		return grpcerr.Status(derr, codes.Internal)
+		return grpcerr.Status(derr)
 	}
 	if err != nil {
 		if st.StagingPod == nil && st.UnstagingPod == nil {
@@ -627,7 +627,7 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 				return status.Error(codes.Internal, rerr.Error())
 			}
 		}
-		return grpcerr.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
+		return grpcerr.Status(fmt.Errorf("static volume validation failed: %w", err))
 	}
 	return nil
 }

@@ -234,7 +234,7 @@ func TestStageFailures(t *testing.T) {
 		{name: "staging and unstaging pods fail", spec: stagingSpec + unstagingSpec,
 			staging:   podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "first"}}},
 			unstaging: podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "second"}}},
-			wantCode:  codes.Internal, wantMsg: "unstaging it failed too", wantUnstaging: 1},
+			wantCode:  codes.Aborted, wantMsg: "undoing it failed too, pav retries: unstaging", wantUnstaging: 1},
 		{name: "image pull failure fails fast", spec: stagingSpec,
 			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.ImagePullError, Reason: "ErrImagePull", Message: "not found"}},
 			wantCode: codes.Internal, wantMsg: "ErrImagePull"},
