@@ -132,7 +132,7 @@ func fullVolume() *v1alpha1.PavVolume {
 				ObjectMeta: metav1.ObjectMeta{Name: sc}, Provisioner: "hello", Parameters: map[string]string{"color": "blue"}, VolumeBindingMode: &wffc},
 		},
 		Status: v1alpha1.PavVolumeStatus{
-			Phase: v1alpha1.VolumeCreated, Handle: "backend-1", Capacity: 1 << 30, Message: "earlier: quota exceeded",
+			Phase: v1alpha1.VolumeCreated, Handle: "backend-1", Capacity: 1 << 30, Reason: v1alpha1.ReasonCreationFailed, Message: "earlier: quota exceeded",
 			Pods: []v1alpha1.VolumePod{
 				{Phase: v1alpha1.PhaseValidation, Namespace: "pav", Name: "pav-hello-validation-0123456789abcdef", Token: "00112233445566778899aabbccddeeff", UID: "u-1", Outcome: v1alpha1.PodSucceeded},
 				{Phase: v1alpha1.PhaseCreation, Namespace: "team-a", Name: "pav-hello-creation-0123456789abcdef", Token: "ffeeddccbbaa99887766554433221100", UID: "u-2", Outcome: v1alpha1.PodLost},

@@ -281,7 +281,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		// A retry of a staging that did not finish: its pods are the ones recorded.
 		st.ValidationPod, st.StagingPod, st.UnstagingPod = prev.ValidationPod, prev.StagingPod, prev.UnstagingPod
 	}
-	capacity, _, dynamic, err := volume.ParseContext(req.GetVolumeContext())
+	capacity, dynamic, err := volume.ParseContext(req.GetVolumeContext())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -92,6 +92,19 @@ const (
 	VolumeDeleting VolumePhase = "Deleting"
 )
 
+// Reasons of a failed creation (PavVolumeStatus.Reason).
+const (
+	// ReasonCreationFailed: the creation pod failed (or timed out, or could
+	// not be scheduled or pull its image).
+	ReasonCreationFailed = "CreationFailed"
+	// ReasonInvalidCreationOutput: the creation pod succeeded but left an
+	// unusable /pav/handle or /pav/capacity.
+	ReasonInvalidCreationOutput = "InvalidCreationOutput"
+	// ReasonCapacityOutOfRange: the created volume's capacity is unknown or
+	// outside the requested range.
+	ReasonCapacityOutOfRange = "CapacityOutOfRange"
+)
+
 // PodOutcome is what became of a pod pav ran for a volume.
 type PodOutcome string
 
@@ -113,6 +126,10 @@ type PavVolumeStatus struct {
 	// and Reverting when creation got that far).
 	Handle   string `json:"handle,omitempty"`
 	Capacity int64  `json:"capacity,omitempty"`
+	// Reason is why creation failed, while the volume is Reverting (one of
+	// the Reason* constants): the failure the caller gets once the revert is
+	// done, whatever restarts come in between.
+	Reason string `json:"reason,omitempty"`
 	// Message is the last failure, as the user saw it in the PVC's events.
 	Message string `json:"message,omitempty"`
 	// Pods are the pods pav ran or runs for the volume, one entry per pod,

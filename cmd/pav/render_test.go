@@ -20,6 +20,8 @@ import (
 	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/records"
+	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/nodeserver"
 	"github.com/pods-as-volumes/pav/podrunner"
@@ -82,7 +84,8 @@ func (l pvs) ByHandle(h string) (*corev1.PersistentVolume, error) { return l[h].
 // podrunner.BuildPod makes of the driver's operation: same name, namespace,
 // node, /pav host path, labels, and template output.
 func TestRenderAgreesWithTheDriver(t *testing.T) {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	dir := t.TempDir()
 	const image = "registry.example/pav:test"
 	p, err := provisioner.Load([]byte(agreeProvisioner))
@@ -105,7 +108,11 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 	src := provisioner.Static{P: p}
 
 	// The controller plugin creates the volume as external-provisioner asks.
-	ctrl := &controllerserver.Server{Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client, PVs: lookup}
+	store := records.New(recordstest.NewClient(), p.Name)
+	if err := store.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := &controllerserver.Server{Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client, Records: store}
 	name := controllerserver.DefaultHandle(pvc) // external-provisioner's default volume name
 	rwo := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}

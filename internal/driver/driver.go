@@ -32,6 +32,7 @@ import (
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/pvindex"
+	"github.com/pods-as-volumes/pav/internal/records"
 	"github.com/pods-as-volumes/pav/internal/templating"
 	"github.com/pods-as-volumes/pav/nodeserver"
 	"github.com/pods-as-volumes/pav/podrunner"
@@ -95,8 +96,10 @@ type Services struct {
 // Deps are what Build needs from outside: real clients in `pav driver`, fakes in
 // the sanity suite.
 type Deps struct {
-	Client  kubernetes.Interface // nil: no Kubernetes at all
-	Dynamic dynamic.Interface    // for watching the PavProvisioner; nil with a file
+	Client kubernetes.Interface // nil: no Kubernetes at all
+	// Dynamic watches the PavProvisioner (unless it comes from a file) and,
+	// in controller mode, keeps the PavVolume records.
+	Dynamic dynamic.Interface
 	Runner  *podrunner.Runner
 }
 
@@ -124,7 +127,7 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 	}
 	eval := phase.NewEvaluator(pvcs)
 	var pvIndex *pvindex.Index
-	if d.Client != nil {
+	if d.Client != nil && o.Mode != ModeController {
 		pvIndex = pvindex.New(d.Client, name)
 		if err := pvIndex.Start(ctx); err != nil {
 			return nil, nil, err
@@ -136,10 +139,14 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 	svc := &Services{Identity: &identity.Server{Name: name, Version: o.Version, Controller: o.Mode != ModeNode,
 		Ready: func(ctx context.Context) error { return ready(ctx, src, d.Client) }}}
 	if o.Mode != ModeNode {
-		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Client: d.Client}
-		if pvIndex != nil {
-			svc.Controller.PVs = pvIndex
+		if d.Dynamic == nil {
+			return nil, nil, errors.New("the controller plugin keeps its volume records (PavVolumes) in the Kubernetes API: it needs a dynamic client")
 		}
+		recs := records.New(d.Dynamic, name)
+		if err := recs.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Client: d.Client}
 	}
 	if o.Mode != ModeController {
 		stateDir := o.StateDir

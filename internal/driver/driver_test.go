@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -76,7 +77,7 @@ func TestServeOverSocket(t *testing.T) {
 	}
 	defer func() { cancel(); kubelet.Wait() }()
 	o := Options{Mode: ModeController, ProvisionerFile: file, Endpoint: "unix://" + filepath.Join(dir, "csi.sock")}
-	svc, src, err := Build(ctx, o, Deps{Client: client, Runner: podrunner.New(podrunner.Config{Client: client, Provisioner: "demo", ReportImage: "pav:test"})})
+	svc, src, err := Build(ctx, o, Deps{Client: client, Dynamic: recordstest.NewClient(), Runner: podrunner.New(podrunner.Config{Client: client, Provisioner: "demo", ReportImage: "pav:test"})})
 	if err != nil {
 		t.Fatal(err)
 	}
