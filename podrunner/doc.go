@@ -37,7 +37,9 @@
 // A single informer per Runner (label selector on the provisioner, plus the
 // node for node plugins) feeds event handlers that poke per-pod waiters; a
 // waiter then re-reads the pod from the informer cache, which the informer
-// updates before it calls handlers, so no transition is missed. The only
+// updates before it calls handlers, so no transition is missed. Callers may
+// add their own handlers (OnPodEvent) and read the cache (Cached) to follow a
+// pod between operations without a second watch. The only
 // timers are the pod timeout (counted from the pod's creationTimestamp, so a
 // retry or a restart does not extend it) and the report wait below.
 //

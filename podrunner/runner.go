@@ -84,11 +84,18 @@ type Config struct {
 type Runner struct {
 	cfg Config
 
-	mu      sync.Mutex
-	waiters map[string]map[*waiter]struct{} // "namespace/name" → waiters
-	lister  corelisters.PodLister           // set once Start has synced
-	stopped <-chan struct{}
+	mu       sync.Mutex
+	waiters  map[string]map[*waiter]struct{} // "namespace/name" → waiters
+	lister   corelisters.PodLister           // set once Start has synced
+	stopped  <-chan struct{}
+	handlers []PodEventHandler
 }
+
+// PodEventHandler is told of every pod event of a Runner's informer: a pod of
+// its provisioner (and node) was added or changed (deleted false), or is gone
+// (deleted true, with its last known state). It runs on the informer's
+// goroutine: it must not block, and must not mutate pod (the cache's object).
+type PodEventHandler func(pod *corev1.Pod, deleted bool)
 
 // waiter is one goroutine's interest in one pod name. The informer's event
 // handlers poke it; it then re-reads the pod from the informer cache (which the
@@ -185,14 +192,53 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// onEvent pokes the waiters of a pod; deleted marks the pod's UID gone.
+// OnPodEvent adds a handler of the informer's pod events, so that a caller can
+// react to what happens to a pod between its operations (the node plugin: a
+// KeepRunning staging pod that died under its clients) from the informer it
+// already has, instead of a second watch. Handlers added before Start also see
+// the initial list as additions.
+func (r *Runner) OnPodEvent(h PodEventHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handlers = append(r.handlers, h)
+}
+
+// Cached returns the pod namespace/name from the informer cache, or nil if the
+// cache has none (never mutate it). The cache holds exactly the pods of the
+// Runner's selector, so in node mode a pav pod of this node that is not there
+// is gone, give or take the informer's lag behind the API server.
+func (r *Runner) Cached(namespace, name string) (*corev1.Pod, error) {
+	r.mu.Lock()
+	lister := r.lister
+	r.mu.Unlock()
+	if lister == nil {
+		return nil, ErrNotStarted
+	}
+	p, err := lister.Pods(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return p, err
+}
+
+// onEvent pokes the waiters of a pod, deleted marks the pod's UID gone, and
+// the OnPodEvent handlers are told.
 func (r *Runner) onEvent(obj any, deleted bool) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	handlers := r.handlers
+	r.poke(pod, deleted)
+	r.mu.Unlock()
+	for _, h := range handlers {
+		h(pod, deleted)
+	}
+}
+
+// poke wakes the waiters of pod's name; r.mu is held.
+func (r *Runner) poke(pod *corev1.Pod, deleted bool) {
 	for w := range r.waiters[pod.Namespace+"/"+pod.Name] {
 		if deleted {
 			w.gone[pod.UID] = pod

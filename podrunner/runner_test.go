@@ -908,3 +908,55 @@ func hasFamily(fams []*dto.MetricFamily, name string) bool {
 	}
 	return false
 }
+
+// TestPodEventsAndCache: a caller learns what happens to a pod between its
+// operations (a KeepRunning pod deleted by someone) from the Runner's own
+// informer, and reads the pod from its cache.
+func TestPodEventsAndCache(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}), envOpts{
+		cfg: func(c *podrunner.Config) { c.NodeName = "node-a" },
+	})
+	if _, err := podrunner.New(e.cfg).Cached("pav", "x"); !errors.Is(err, podrunner.ErrNotStarted) {
+		t.Fatalf("Cached before Start: %v", err)
+	}
+	type event struct {
+		uid     types.UID
+		phase   corev1.PodPhase
+		deleted bool
+	}
+	events := make(chan event, 100)
+	e.runner.OnPodEvent(func(pod *corev1.Pod, deleted bool) {
+		events <- event{pod.UID, pod.Status.Phase, deleted}
+	})
+	op := stagingOp("vol-ev", "node-a", filepath.Join(t.TempDir(), "vol-ev"))
+	if _, err := e.runner.Run(e.ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	ns := e.runner.Namespace(op)
+	p, err := e.runner.Cached(ns, op.PodName())
+	if err != nil || p == nil || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("Cached = %v, %v; want the running pod", podPhase(p), err)
+	}
+	uid := p.UID
+	if p, err := e.runner.Cached(ns, "no-such-pod"); p != nil || err != nil {
+		t.Fatalf("Cached of a missing pod = %v, %v", p, err)
+	}
+	// Someone else deletes it.
+	if err := e.client.CoreV1().Pods(ns).Delete(e.ctx, op.PodName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.uid == uid && ev.deleted {
+				if p, _ := e.runner.Cached(ns, op.PodName()); p != nil {
+					t.Fatalf("the cache still has the pod after its delete event")
+				}
+				return
+			}
+		case <-timeout:
+			t.Fatal("no delete event for the pod")
+		}
+	}
+}
