@@ -73,10 +73,7 @@ func (r *recorder) Delete(context.Context, podrunner.Operation) error { return n
 
 func (r *recorder) Namespace(op podrunner.Operation) string { return op.Namespace("") }
 
-// pvs is a pvindex.Lookup over fixed PVs.
-type pvs map[string]*corev1.PersistentVolume
-
-func (l pvs) ByHandle(h string) (*corev1.PersistentVolume, error) { return l[h].DeepCopy(), nil }
+func (r *recorder) Cached(string, string) (*corev1.Pod, error) { return nil, nil }
 
 // TestRenderAgreesWithTheDriver runs the controller and node plugins (with a
 // pod runner that records what they ask for) and `pav render` on the same
@@ -104,7 +101,6 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
 	rec := &recorder{ops: map[string]podrunner.Operation{}}
 	client := fake.NewClientset(pvc, sc, node)
-	lookup := pvs{}
 	src := provisioner.Static{P: p}
 
 	// The controller plugin creates the volume as external-provisioner asks.
@@ -147,7 +143,17 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 			}},
 		},
 	}
-	lookup[dynPV.Spec.CSI.VolumeHandle], lookup[staticPV.Spec.CSI.VolumeHandle] = dynPV, staticPV
+	// The node plugin finds the dynamic PV by the name in its volume context,
+	// the static one through the pod on its node that uses it.
+	staticClaim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "static-claim", Namespace: "apps"},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: staticPV.Name}}
+	user := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "user", Namespace: "apps"}, Spec: corev1.PodSpec{NodeName: node.Name,
+		Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: staticClaim.Name}}}}}}
+	for _, obj := range []runtime.Object{dynPV, staticPV, staticClaim, user} {
+		if err := client.Tracker().Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: dynPV.Spec.CSI.VolumeHandle}); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +161,7 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 	// The node plugin stages and unstages both volumes (the static one is
 	// validated first).
 	stateDir := filepath.Join(dir, "state")
-	nodeSrv := &nodeserver.Server{NodeID: node.Name, StateDir: stateDir, Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client, PVs: lookup}
+	nodeSrv := &nodeserver.Server{NodeID: node.Name, StateDir: stateDir, Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client}
 	for _, pv := range []*corev1.PersistentVolume{dynPV, staticPV} {
 		staging := filepath.Join(dir, "staging", pv.Name)
 		if _, err := nodeSrv.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: staging,

@@ -20,18 +20,22 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/identity"
+	"github.com/pods-as-volumes/pav/internal/hostmount"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
-	"github.com/pods-as-volumes/pav/internal/pvindex"
 	"github.com/pods-as-volumes/pav/internal/records"
 	"github.com/pods-as-volumes/pav/internal/templating"
 	"github.com/pods-as-volumes/pav/nodeserver"
@@ -101,6 +105,8 @@ type Deps struct {
 	// in controller mode, keeps the PavVolume records.
 	Dynamic dynamic.Interface
 	Runner  *podrunner.Runner
+	// Recorder gets the node plugin's events about volumes; nil = none.
+	Recorder record.EventRecorder
 }
 
 // Build assembles and starts (informers) the services. It returns once the
@@ -126,18 +132,33 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		pvcs = pvcGetter{d.Client}
 	}
 	eval := phase.NewEvaluator(pvcs)
-	var pvIndex *pvindex.Index
-	if d.Client != nil && o.Mode != ModeController {
-		pvIndex = pvindex.New(d.Client, name)
-		if err := pvIndex.Start(ctx); err != nil {
+	svc := &Services{Identity: &identity.Server{Name: name, Version: o.Version, Controller: o.Mode != ModeNode,
+		Ready: func(ctx context.Context) error { return ready(ctx, src, d.Client) }}}
+	if o.Mode != ModeController {
+		stateDir := o.StateDir
+		if stateDir == "" {
+			stateDir = DefaultStateDir(name)
+		}
+		if err := os.MkdirAll(stateDir, 0o750); err != nil {
 			return nil, nil, err
 		}
+		boot, err := hostmount.BootID()
+		if err != nil {
+			return nil, nil, err
+		}
+		svc.Node = &nodeserver.Server{NodeID: o.NodeID, StateDir: stateDir, Source: src, Eval: eval, Pods: d.Runner,
+			Client: d.Client, Recorder: d.Recorder, BootID: boot}
+		// Before the runner starts, so that its initial list reports staging
+		// pods that ended while the node plugin was down.
+		svc.Node.WatchStagingPods(d.Runner)
 	}
 	if err := d.Runner.Start(ctx); err != nil {
 		return nil, nil, err
 	}
-	svc := &Services{Identity: &identity.Server{Name: name, Version: o.Version, Controller: o.Mode != ModeNode,
-		Ready: func(ctx context.Context) error { return ready(ctx, src, d.Client) }}}
+	if svc.Node != nil {
+		// Staging pods deleted while the node plugin was down left no event.
+		svc.Node.Sweep()
+	}
 	if o.Mode != ModeNode {
 		if d.Dynamic == nil {
 			return nil, nil, errors.New("the controller plugin keeps its volume records (PavVolumes) in the Kubernetes API: it needs a dynamic client")
@@ -147,19 +168,6 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 			return nil, nil, err
 		}
 		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Client: d.Client}
-	}
-	if o.Mode != ModeController {
-		stateDir := o.StateDir
-		if stateDir == "" {
-			stateDir = DefaultStateDir(name)
-		}
-		if err := os.MkdirAll(stateDir, 0o750); err != nil {
-			return nil, nil, err
-		}
-		svc.Node = &nodeserver.Server{NodeID: o.NodeID, StateDir: stateDir, Source: src, Eval: eval, Pods: d.Runner, Client: d.Client}
-		if pvIndex != nil {
-			svc.Node.PVs = pvIndex
-		}
 	}
 	return svc, src, nil
 }
@@ -279,8 +287,13 @@ func Run(ctx context.Context, o Options) error {
 	if o.Mode == ModeNode {
 		runnerNode = o.NodeID
 	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "pav-" + name, Host: o.NodeID})
+	d.Recorder = recorder
 	d.Runner = podrunner.New(podrunner.Config{Client: d.Client, Provisioner: name, NodeName: runnerNode,
-		ReportImage: o.ReportImage, PodTimeout: o.PodTimeout})
+		ReportImage: o.ReportImage, PodTimeout: o.PodTimeout, Recorder: recorder})
 
 	svc, _, err := Build(ctx, o, d)
 	if err != nil {
