@@ -109,8 +109,8 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Errorf("%s may %s %s.%s: %v, want %v", tc.sa, tc.verb, tc.resource, tc.group, got, tc.want)
 		}
 	}
-	if got := r.bindings["pav-node"]; !slices.Equal(got, []string{"pav-node-driver"}) {
-		t.Errorf("pav-node is bound to %v, want only pav-node-driver", got)
+	if got := r.bindings["pav-node"]; !slices.Equal(got, []string{"pav-driver-node"}) {
+		t.Errorf("pav-node is bound to %v, want only pav-driver-node", got)
 	}
 	// No wildcard anywhere.
 	for name, rules := range r.roles {
