@@ -100,6 +100,9 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-node", pav, "pavprovisioners/status", "update", false},
 		{"pav-node", "", "persistentvolumeclaims", "patch", false},
 		{"pav-node", "", "persistentvolumeclaims", "update", false},
+		// Its cost must not grow with the cluster: no PV list or watch (issue 10).
+		{"pav-node", "", "persistentvolumes", "list", false},
+		{"pav-node", "", "persistentvolumes", "watch", false},
 		{"pav-node", "", "persistentvolumes", "create", false},
 		{"pav-node", "", "persistentvolumes", "delete", false},
 		{"pav-node", "", "nodes", "patch", false},
