@@ -647,7 +647,8 @@ func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *st
 	if err := hostmount.UnmountAll(dir); err != nil {
 		return err
 	}
-	return os.RemoveAll(dir)
+	// Never through a mount UnmountAll missed: it may be a backend.
+	return hostmount.RemoveAll(dir)
 }
 
 // NodeUnstageVolume undoes NodeStageVolume. An unknown volume is already
