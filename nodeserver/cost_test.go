@@ -47,16 +47,7 @@ func (e *env) crowd(n int) {
 	for i := range n {
 		e.dynamicVolume(fmt.Sprintf("other-%d", i), corev1.PersistentVolumeFilesystem)
 		e.add(userPod(fmt.Sprintf("other-%d", i), fmt.Sprintf("node-%d", i+2), fmt.Sprintf("claim-other-%d", i)))
-		e.staticVolume(fmt.Sprintf("elsewhere-%d", i), corev1.ReadWriteOnce)
-		// staticVolume puts its user pod on this node: move it away.
-		p, err := e.client.CoreV1().Pods("apps").Get(e.ctx, fmt.Sprintf("user-elsewhere-%d", i), metav1.GetOptions{})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		p.Spec.NodeName = fmt.Sprintf("node-%d", i+2)
-		if _, err := e.client.CoreV1().Pods("apps").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
-			e.t.Fatal(err)
-		}
+		e.staticVolume(fmt.Sprintf("elsewhere-%d", i), corev1.ReadWriteOnce, fmt.Sprintf("node-%d", i+2))
 	}
 }
 
@@ -96,7 +87,7 @@ func TestAPIRequestsPerOperation(t *testing.T) {
 			measure := func(handle string) (stage, unstage []string) {
 				req := e.stageReq(handle, false)
 				if tc.static {
-					e.staticVolume(handle, corev1.ReadWriteOnce)
+					e.staticVolume(handle, corev1.ReadWriteOnce, node)
 					req.VolumeContext = map[string]string{"color": "blue"}
 				} else {
 					req.VolumeContext = e.dynamicVolume(handle, corev1.PersistentVolumeFilesystem)
@@ -124,7 +115,7 @@ func TestAPIRequestsPerOperation(t *testing.T) {
 				t.Fatalf("stage %v, unstage %v; want %v and %v", stage, unstage, tc.stage, tc.unstage)
 			}
 			// The first volume's pod is gone from the node.
-			_ = e.client.CoreV1().Pods("apps").Delete(e.ctx, "user-small-cluster", metav1.DeleteOptions{})
+			_ = e.client.CoreV1().Pods("apps").Delete(e.ctx, "user-small-cluster", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 			e.crowd(200)
 			bigStage, bigUnstage := measure("big-cluster")
 			if !equal(bigStage, stage) || !equal(bigUnstage, unstage) {
@@ -144,12 +135,7 @@ func TestStaticPVLookup(t *testing.T) {
 	req := e.stageReq("nfs-1", false)
 	req.VolumeContext = map[string]string{}
 	// A pod on another node uses it: not this node's business.
-	e.staticVolume("nfs-1", corev1.ReadWriteOnce)
-	p, _ := e.client.CoreV1().Pods("apps").Get(e.ctx, "user-nfs-1", metav1.GetOptions{})
-	p.Spec.NodeName = "node-2"
-	if _, err := e.client.CoreV1().Pods("apps").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.staticVolume("nfs-1", corev1.ReadWriteOnce, "node-2")
 	if _, err := e.srv.NodeStageVolume(e.ctx, req); status.Code(err) != codes.NotFound {
 		t.Fatalf("no pod here uses it: %v", err)
 	}

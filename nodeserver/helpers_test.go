@@ -1,6 +1,7 @@
 package nodeserver
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,9 +11,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/pods-as-volumes/pav/internal/volume"
 )
+
+func TestMain(m *testing.M) {
+	// The fake clientset's watchers have fixed-size channels and panic when
+	// one fills up; the cost test fills the cluster with objects at once.
+	watch.DefaultChanSize = 10000
+	os.Exit(m.Run())
+}
 
 // add puts objects in the fake cluster.
 func (e *env) add(objs ...runtime.Object) {
@@ -49,8 +58,8 @@ func (e *env) dynamicVolume(handle string, mode corev1.PersistentVolumeMode) map
 }
 
 // staticVolume makes a static PV of handle, a PVC bound to it and a pod on
-// this node that uses it (kubelet stages a volume for a pod scheduled here).
-func (e *env) staticVolume(handle string, access corev1.PersistentVolumeAccessMode) {
+// nodeName that uses it (kubelet stages a volume for a pod scheduled there).
+func (e *env) staticVolume(handle string, access corev1.PersistentVolumeAccessMode, nodeName string) {
 	e.t.Helper()
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "static-pv-" + handle},
@@ -64,7 +73,7 @@ func (e *env) staticVolume(handle string, access corev1.PersistentVolumeAccessMo
 	}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "static-" + handle, Namespace: "apps"},
 		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv.Name}}
-	e.add(pv, pvc, userPod("user-"+handle, node, pvc.Name))
+	e.add(pv, pvc, userPod("user-"+handle, nodeName, pvc.Name))
 }
 
 func userPod(name, nodeName string, claims ...string) *corev1.Pod {

@@ -369,7 +369,7 @@ func TestStaticValidation(t *testing.T) {
 	if _, err := e.srv.NodeStageVolume(e.ctx, req); status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "no pod on node node-1 uses a PersistentVolume") {
 		t.Fatalf("a static volume no pod on the node uses: %v", err)
 	}
-	e.staticVolume("static-1", corev1.ReadWriteOnce)
+	e.staticVolume("static-1", corev1.ReadWriteOnce, node)
 	if _, err := e.srv.NodeStageVolume(e.ctx, req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "access mode ReadWriteOnce is not supported") {
 		t.Fatalf("error = %v", err)
 	}
