@@ -82,7 +82,7 @@ cluster-down:
 
 deploy-e2e:
 	$(KUBECTL) apply -k deploy/base
-	$(KUBECTL) wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io
+	$(KUBECTL) wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io crd/pavvolumes.pav.albertofaria.github.io
 	$(KUBECTL) kustomize --load-restrictor LoadRestrictionsNone test/e2e/overlay | $(KUBECTL) apply -f -
 
 # e2e-setup: everything the e2e suite and the demo need, idempotent: tools, the
