@@ -58,14 +58,15 @@ manifests:
 #   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity
 #                      into _output/bin (hack/build-tools.sh; ≈10 min cold, skips what is
 #                      up to date) after installing the Debian packages (hack/install-deps.sh)
-#   make images        build the pav.local/*:dev, registry.k8s.io/pause:3.10 images
+#   make images        build the pav.local/*:dev (pav, the test stand-ins, the examples'
+#                      images) and registry.k8s.io/pause:3.10 images
 #                      (hack/images/build.sh); also imports them if the cluster is up
 #   make cluster-up    start the single-node cluster (hack/cluster/up.sh);
 #                      then: export KUBECONFIG=$(CURDIR)/_output/cluster/kubeconfig
 #   make cluster-down  stop it and clean up everything it made (hack/cluster/down.sh)
 #   make install       install pav on the local cluster as a user would: deploy/ with the
 #                      local images (test/e2e/install), manager restarted onto the fresh image
-#   make deploy-e2e    install, then apply the pav-e2e and hello-world PavProvisioners and
+#   make deploy-e2e    install, then apply the pav-e2e and the examples' PavProvisioners and
 #                      wait until they are Ready (hack/install-local.sh)
 
 CLUSTER_DIR ?= $(CURDIR)/_output/cluster
@@ -94,7 +95,7 @@ install:
 	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/install-local.sh
 
 deploy-e2e:
-	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/install-local.sh test/e2e/pav-e2e/provisioner.yaml examples/hello-world/provisioner.yaml
+	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/install-local.sh test/e2e/pav-e2e/provisioner.yaml examples/*/provisioner.yaml
 
 # e2e-setup: everything the e2e suite needs, idempotent: tools, the cluster, fresh
 # images (the pav image is rebuilt from this tree), pav installed, both provisioners Ready.

@@ -2,16 +2,33 @@
 // the provisioner's validation and creation pods, DeleteVolume its deletion pod.
 // The stock external-provisioner sidecar turns PVCs into these calls and the
 // results into PVs; this package never touches PVs itself.
+//
+// # The record
+//
+// Every dynamically provisioned volume has a PavVolume (internal/records),
+// which only pav's controller ServiceAccount may write: created at the start
+// of CreateVolume, before any pod, and deleted when DeleteVolume (or the revert
+// of a failed creation) has finished. It holds what creation saw (the request,
+// the claim and StorageClass snapshot), the outcome (handle, capacity), and the
+// identity of every pod pav runs for the volume, recorded before the pod is
+// asked for. Each transition is one Update, and a finished pod is removed only
+// once its outcome is in the record, so every call resumes where the last one
+// stopped, after any restart, and no phase runs twice: a retry adopts the
+// recorded pod (by UID, or token until the UID is known) and reads its result
+// again. Nothing a tenant can write (PVC annotations, pods in their namespace)
+// is ever taken for a record.
+//
+// The lifecycle (status.phase): Validating → Creating → Created → Deleting, and
+// Creating → Reverting when creation fails for good (the deletion pod undoes
+// it, then the record goes and the caller gets the creation's failure).
 package controllerserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"strings"
-	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -29,14 +46,25 @@ import (
 	"github.com/pods-as-volumes/pav/internal/inflight"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
-	"github.com/pods-as-volumes/pav/internal/pvindex"
+	"github.com/pods-as-volumes/pav/internal/records"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
-// PodRunner runs one phase's pod (podrunner.Runner).
+// PodRunner runs and removes phase pods (podrunner.Runner).
 type PodRunner interface {
 	Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error)
+	Delete(ctx context.Context, op podrunner.Operation) error
+	Namespace(op podrunner.Operation) string
+}
+
+// Records keeps the PavVolume records (records.Store).
+type Records interface {
+	Get(ctx context.Context, volumeName string) (*v1alpha1.PavVolume, error)
+	ByHandle(ctx context.Context, handle string, live bool) ([]*v1alpha1.PavVolume, error)
+	Create(ctx context.Context, v *v1alpha1.PavVolume) (*v1alpha1.PavVolume, error)
+	Update(ctx context.Context, v *v1alpha1.PavVolume) (*v1alpha1.PavVolume, error)
+	Delete(ctx context.Context, v *v1alpha1.PavVolume) error
 }
 
 // PodOperation is the operation whose pod the controller plugin runs for phase
@@ -62,27 +90,18 @@ func DefaultHandle(pvc *corev1.PersistentVolumeClaim) string { return "pvc-" + s
 type Server struct {
 	csi.UnimplementedControllerServer
 
-	Source provisioner.Source
-	Eval   *phase.Evaluator
-	Pods   PodRunner
-	Client kubernetes.Interface // PVCs and StorageClasses; nil when only CSI requests are known
-	PVs    pvindex.Lookup       // nil: DeleteVolume knows only what this process created
+	Source  provisioner.Source
+	Eval    *phase.Evaluator
+	Pods    PodRunner
+	Records Records
+	Client  kubernetes.Interface // PVCs and StorageClasses; nil when only CSI requests are known
 
-	busy    inflight.Set
-	mu      sync.Mutex
-	created map[string]*record // by CSI volume name
+	busy inflight.Set
 }
 
-// record is a volume this process created, for idempotent repeats and for a
-// DeleteVolume that cannot find a PV (no Kubernetes, e.g. csi-sanity).
-type record struct {
-	name     string
-	resp     *csi.Volume
-	mode     corev1.PersistentVolumeMode
-	params   map[string]string
-	claim    *volume.Claim
-	capacity int64
-}
+// maxPodEntries bounds status.pods: a phase runs again only after its pod was
+// lost (deleted by someone else) or failed, and the oldest such entries go.
+const maxPodEntries = 12
 
 // ControllerGetCapabilities advertises CREATE_DELETE_VOLUME only: pav volumes are
 // not attached (attachRequired: false) and have no snapshots or expansion yet.
@@ -94,10 +113,20 @@ func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 	}}}, nil
 }
 
-// CreateVolume validates the request, runs the validation and creation pods, and
-// returns the volume's handle and capacity.
+// CreateVolume checks the request, records the volume, runs the validation and
+// creation pods (resuming from the record on a retry), and returns the
+// volume's handle and capacity.
 func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	if req.GetName() == "" {
+	vol, err := s.createVolume(ctx, req)
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	return &csi.CreateVolumeResponse{Volume: vol}, nil
+}
+
+func (s *Server) createVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.Volume, error) {
+	name := req.GetName()
+	if name == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume name is required")
 	}
 	mode, accessModes, err := csimode.Capabilities(req.GetVolumeCapabilities())
@@ -107,46 +136,6 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if req.GetVolumeContentSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "pav volumes cannot be created from a snapshot or another volume")
 	}
-	p, err := s.Source.Get(true)
-	if err != nil {
-		return nil, err
-	}
-	if !p.Spec.HasMode(v1alpha1.Dynamic) {
-		return nil, status.Errorf(codes.InvalidArgument, "PavProvisioner %q does not allow dynamic provisioning: add Dynamic to spec.provisioningModes, or create PVs statically", p.Name)
-	}
-	release, ok := s.busy.TryAcquire(req.GetName())
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", req.GetName())
-	}
-	defer release()
-
-	r, claim, pvc, err := s.request(ctx, req, mode, accessModes)
-	if err != nil {
-		return nil, err
-	}
-	if vol, err := s.existing(req, r, pvc); vol != nil || err != nil {
-		return &csi.CreateVolumeResponse{Volume: vol}, err
-	}
-
-	objs := phase.Objects{PVC: claim.PVC, SC: claim.SC}
-	if err := s.validate(ctx, p, req.GetName(), r, objs); err != nil {
-		return nil, err
-	}
-	vol, err := s.create(ctx, p, req.GetName(), r, claim)
-	if err != nil {
-		return nil, err
-	}
-	s.remember(&record{name: req.GetName(), resp: vol, mode: mode, params: r.Params, claim: claim, capacity: vol.CapacityBytes})
-	if pvc != nil {
-		s.annotate(ctx, pvc, volume.Created{Name: req.GetName(), Handle: vol.VolumeId, Capacity: vol.CapacityBytes})
-	}
-	return &csi.CreateVolumeResponse{Volume: vol}, nil
-}
-
-// request gathers what the volume asks for. With external-provisioner's
-// --extra-create-metadata the PVC and its StorageClass are read and their values
-// used (PaV's contexts are defined on them); without, the CSI request alone.
-func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode corev1.PersistentVolumeMode, accessModes []corev1.PersistentVolumeAccessMode) (phase.Request, *volume.Claim, *corev1.PersistentVolumeClaim, error) {
 	r := phase.Request{
 		VolumeMode:  mode,
 		AccessModes: accessModes,
@@ -157,149 +146,651 @@ func (s *Server) request(ctx context.Context, req *csi.CreateVolumeRequest, mode
 		r.MaxCapacity = &lim
 	}
 	if r.MaxCapacity != nil && r.MinCapacity > *r.MaxCapacity {
-		return r, nil, nil, status.Errorf(codes.InvalidArgument, "capacity range: required bytes %d exceed limit bytes %d", r.MinCapacity, *r.MaxCapacity)
+		return nil, status.Errorf(codes.InvalidArgument, "capacity range: required bytes %d exceed limit bytes %d", r.MinCapacity, *r.MaxCapacity)
 	}
-	claim := &volume.Claim{DefaultHandle: req.GetName()}
-	name, ns := req.GetParameters()[volume.ParamPVCName], req.GetParameters()[volume.ParamPVCNamespace]
-	if name == "" || ns == "" || s.Client == nil {
-		s.fillClaim(claim, r)
-		return r, claim, nil, nil
-	}
-	pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	p, err := s.Source.Get(true)
 	if err != nil {
-		return r, nil, nil, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ns, name, err), codes.Unavailable)
+		return nil, err
 	}
-	claim.PVC = pvc.DeepCopy()
-	volume.Snapshot(&claim.PVC.ObjectMeta)
-	// PaV's default handle is pvc-<uid>; external-provisioner's volume name is the
-	// same by default, but a --volume-name-prefix may differ.
-	claim.DefaultHandle = DefaultHandle(pvc)
-	r = phase.FromClaim(r, pvc)
-	if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
-		obj, err := s.Client.StorageV1().StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
-		if err != nil {
-			return r, nil, nil, grpcerr.Status(fmt.Errorf("reading StorageClass %s of PVC %s/%s: %w", *sc, ns, name, err), codes.Unavailable)
-		}
-		claim.SC = obj.DeepCopy()
-		volume.Snapshot(&claim.SC.ObjectMeta)
+	if !p.Spec.HasMode(v1alpha1.Dynamic) {
+		return nil, status.Errorf(codes.InvalidArgument, "PavProvisioner %q does not allow dynamic provisioning: add Dynamic to spec.provisioningModes, or create PVs statically", p.Name)
 	}
-	s.fillClaim(claim, r)
-	return r, claim, pvc, nil
-}
+	release, ok := s.busy.TryAcquire(name)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", name)
+	}
+	defer release()
 
-func (s *Server) fillClaim(c *volume.Claim, r phase.Request) {
-	c.RequestedVolumeMode, c.RequestedAccessModes = r.VolumeMode, r.AccessModes
-	c.RequestedMinCapacity, c.RequestedMaxCapacity = r.MinCapacity, r.MaxCapacity
-}
-
-// existing returns the volume a previous call already created under this name,
-// or ALREADY_EXISTS when the new request does not fit it (CSI idempotency).
-func (s *Server) existing(req *csi.CreateVolumeRequest, r phase.Request, pvc *corev1.PersistentVolumeClaim) (*csi.Volume, error) {
-	s.mu.Lock()
-	rec := s.created[req.GetName()]
-	s.mu.Unlock()
-	if rec == nil && pvc != nil {
-		// The driver restarted after creating the volume but before the sidecar got
-		// the answer: the PVC remembers it.
-		var c volume.Created
-		if a := pvc.Annotations[volume.AnnotationCreated]; a != "" && json.Unmarshal([]byte(a), &c) == nil && c.Name == req.GetName() {
-			vc, err := volume.Context(r.Params, c.Capacity, nil)
-			if err != nil {
-				return nil, status.Error(codes.Internal, err.Error())
-			}
-			rec = &record{name: c.Name, mode: r.VolumeMode, params: r.Params, capacity: c.Capacity,
-				resp: &csi.Volume{VolumeId: c.Handle, CapacityBytes: c.Capacity, VolumeContext: vc}}
-		}
+	rec, err := s.Records.Get(ctx, name)
+	if errors.Is(err, records.ErrOtherOwner) {
+		return nil, grpcerr.WithCode(codes.AlreadyExists, err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if rec == nil {
-		return nil, nil
+		if rec, err = s.record(ctx, p, req, r); err != nil || rec == nil {
+			return nil, err
+		}
+	} else if err := fits(rec, r); err != nil {
+		return nil, err
 	}
-	switch {
-	case rec.capacity < r.MinCapacity || r.MaxCapacity != nil && rec.capacity > *r.MaxCapacity:
-		return nil, status.Errorf(codes.AlreadyExists, "volume %s already exists with capacity %d bytes, outside the requested range", req.GetName(), rec.capacity)
-	case rec.mode != r.VolumeMode:
-		return nil, status.Errorf(codes.AlreadyExists, "volume %s already exists as a %s volume", req.GetName(), rec.mode)
-	case !maps.Equal(rec.params, r.Params):
-		return nil, status.Errorf(codes.AlreadyExists, "volume %s already exists with other parameters", req.GetName())
-	}
-	return rec.resp, nil
+	j := &job{s: s, p: p, v: rec, pvName: req.GetParameters()[volume.ParamPVName]}
+	return j.resume(ctx)
 }
 
-// validate checks the request against spec.volumeValidation and runs the
-// validation pod, if any.
-func (s *Server) validate(ctx context.Context, p *v1alpha1.PavProvisioner, name string, r phase.Request, objs phase.Objects) error {
-	vars, err := phase.ValidationVars(r, objs, "")
-	if err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
-	cfg, err := s.Eval.Validation(ctx, p, vars)
-	if err != nil {
-		return grpcerr.Status(err, codes.InvalidArgument)
-	}
-	if err := cfg.CheckRequest(r); err != nil {
-		return grpcerr.Status(err, codes.InvalidArgument)
-	}
-	if cfg.PodTemplate == nil {
-		return nil
-	}
-	_, err = s.Pods.Run(ctx, PodOperation(p.Name, v1alpha1.PhaseValidation, name, *cfg.PodTemplate))
-	if err != nil {
-		return grpcerr.Status(fmt.Errorf("volume validation failed: %w", err), codes.InvalidArgument)
+// fits checks that a repeated CreateVolume asks for the volume recorded under
+// its name (CSI idempotency); anything else is ALREADY_EXISTS.
+func fits(v *v1alpha1.PavVolume, r phase.Request) error {
+	sp := &v.Spec
+	switch {
+	case sp.RequestedVolumeMode != r.VolumeMode:
+		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists as a %s volume", sp.VolumeName, sp.RequestedVolumeMode)
+	case !maps.Equal(sp.Params, r.Params):
+		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists with other parameters", sp.VolumeName)
+	case v.Status.Phase == v1alpha1.VolumeCreated:
+		c := v.Status.Capacity
+		if c < r.MinCapacity || r.MaxCapacity != nil && c > *r.MaxCapacity {
+			return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists with capacity %d bytes, outside the requested range", sp.VolumeName, c)
+		}
+	case sp.RequestedMinCapacity != r.MinCapacity || !equalPtr(sp.RequestedMaxCapacity, r.MaxCapacity):
+		return grpcerr.Errorf(codes.AlreadyExists, "volume %s is being created for another capacity range", sp.VolumeName)
 	}
 	return nil
 }
 
-// create evaluates spec.volumeCreation, runs the creation pod, and works out the
-// handle and capacity. Whatever goes wrong after the creation pod ran, the
-// deletion pod runs to revert it.
-func (s *Server) create(ctx context.Context, p *v1alpha1.PavProvisioner, name string, r phase.Request, claim *volume.Claim) (*csi.Volume, error) {
-	objs := phase.Objects{PVC: claim.PVC, SC: claim.SC}
-	vars, err := phase.CreationVars(r, objs, claim.DefaultHandle)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+func equalPtr(a, b *int64) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+
+// record checks a new volume's request against the provisioner (nothing is
+// written for a request it refuses) and creates its record. With
+// external-provisioner's --extra-create-metadata the PVC and its StorageClass
+// are read, once: later phases use the record's snapshot, so a claim deleted
+// meanwhile does not matter.
+func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *csi.CreateVolumeRequest, r phase.Request) (*v1alpha1.PavVolume, error) {
+	sp := v1alpha1.PavVolumeSpec{VolumeName: req.GetName(), DefaultHandle: req.GetName()}
+	params := req.GetParameters()
+	if name, ns := params[volume.ParamPVCName], params[volume.ParamPVCNamespace]; name != "" && ns != "" && s.Client != nil {
+		pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// Nothing was made: final.
+			return nil, grpcerr.Errorf(codes.FailedPrecondition, "PersistentVolumeClaim %s/%s no longer exists", ns, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ns, name, err)
+		}
+		sp.PVC = pvc.DeepCopy()
+		volume.Snapshot(&sp.PVC.ObjectMeta)
+		sp.Claim = ns + "/" + name
+		// PaV's default handle is pvc-<uid>; external-provisioner's volume name is the
+		// same by default, but a --volume-name-prefix may differ.
+		sp.DefaultHandle = DefaultHandle(pvc)
+		r = phase.FromClaim(r, pvc)
+		if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
+			obj, err := s.Client.StorageV1().StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("reading StorageClass %s of PersistentVolumeClaim %s/%s: %w", *sc, ns, name, err)
+			}
+			sp.SC = obj.DeepCopy()
+			volume.Snapshot(&sp.SC.ObjectMeta)
+		}
 	}
-	cfg, err := s.Eval.Creation(ctx, p, vars)
+	sp.RequestedVolumeMode, sp.RequestedAccessModes = r.VolumeMode, r.AccessModes
+	sp.RequestedMinCapacity, sp.RequestedMaxCapacity, sp.Params = r.MinCapacity, r.MaxCapacity, r.Params
+	v := &v1alpha1.PavVolume{Spec: sp}
+
+	// The static checks and every template, before anything is written.
+	j := &job{s: s, p: p, v: v}
+	vcfg, err := j.validation(ctx)
 	if err != nil {
-		return nil, grpcerr.Status(err, codes.InvalidArgument)
+		return nil, err
+	}
+	if err := vcfg.CheckRequest(r); err != nil {
+		return nil, err
+	}
+	ccfg, err := j.creation(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case vcfg.PodTemplate != nil:
+		v.Status.Phase = v1alpha1.VolumeValidating
+		j.addPod(v1alpha1.PhaseValidation, j.op(v1alpha1.PhaseValidation, *vcfg.PodTemplate))
+	case ccfg.PodTemplate != nil:
+		v.Status.Phase = v1alpha1.VolumeCreating
+		j.addPod(v1alpha1.PhaseCreation, j.op(v1alpha1.PhaseCreation, *ccfg.PodTemplate))
+	default:
+		// No pod at all: the volume is what the spec says, or nothing.
+		handle, capacity := orDefault(ccfg.Handle, sp.DefaultHandle), int64(0)
+		if ccfg.Capacity != nil {
+			capacity = *ccfg.Capacity
+		}
+		if err := checkCapacity(capacity, r); err != nil {
+			return nil, grpcerr.WithCode(codes.OutOfRange, err)
+		}
+		if err := j.checkHandle(ctx, handle); err != nil {
+			return nil, err
+		}
+		v.Status = v1alpha1.PavVolumeStatus{Phase: v1alpha1.VolumeCreated, Handle: handle, Capacity: capacity}
+	}
+	created, err := s.Records.Create(ctx, v)
+	if apierrors.IsAlreadyExists(err) {
+		// Written meanwhile (the cache lagged, or another driver process):
+		// the retry resumes from it.
+		return nil, grpcerr.Errorf(codes.Aborted, "the record of volume %s appeared meanwhile: %w", req.GetName(), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("Recorded volume", "volume", req.GetName(), "record", created.Name, "phase", created.Status.Phase)
+	return created, nil
+}
+
+// job is one call's work on one record.
+type job struct {
+	s      *Server
+	p      *v1alpha1.PavProvisioner
+	v      *v1alpha1.PavVolume
+	pvName string // the PV's name (CreateVolume with --extra-create-metadata)
+	// key is the volume key of the deletion pod: the volume name when
+	// reverting a creation, DeletionKey(handle) in DeleteVolume.
+	key string
+}
+
+func (j *job) request() phase.Request {
+	sp := &j.v.Spec
+	return phase.Request{VolumeMode: sp.RequestedVolumeMode, AccessModes: sp.RequestedAccessModes,
+		MinCapacity: sp.RequestedMinCapacity, MaxCapacity: sp.RequestedMaxCapacity, Params: sp.Params}
+}
+
+func (j *job) objects() phase.Objects { return phase.Objects{PVC: j.v.Spec.PVC, SC: j.v.Spec.SC} }
+
+func (j *job) validation(ctx context.Context) (*phase.ValidationConfig, error) {
+	vars, err := phase.ValidationVars(j.request(), j.objects(), "")
+	if err != nil {
+		return nil, err
+	}
+	return j.s.Eval.Validation(ctx, j.p, vars)
+}
+
+func (j *job) creation(ctx context.Context) (*phase.CreationConfig, error) {
+	vars, err := phase.CreationVars(j.request(), j.objects(), j.v.Spec.DefaultHandle)
+	if err != nil {
+		return nil, err
+	}
+	return j.s.Eval.Creation(ctx, j.p, vars)
+}
+
+func (j *job) deletion(ctx context.Context) (*phase.PodConfig, error) {
+	st := &j.v.Status
+	vars, err := phase.DeletionVars(j.request(), j.objects(), j.v.Spec.DefaultHandle, orDefault(st.Handle, j.v.Spec.DefaultHandle), st.Capacity)
+	if err != nil {
+		return nil, err
+	}
+	return j.s.Eval.Deletion(ctx, j.p, vars)
+}
+
+// op is the operation of a phase's pod; the deletion pod's key depends on
+// whether it reverts a creation or deletes a created volume.
+func (j *job) op(ph v1alpha1.Phase, t corev1.PodTemplateSpec) podrunner.Operation {
+	key := j.v.Spec.VolumeName
+	if ph == v1alpha1.PhaseDeletion && j.key != "" {
+		key = j.key
+	}
+	return PodOperation(j.p.Name, ph, key, t)
+}
+
+// addPod records a new pod for a phase, with a fresh token (in memory: the
+// caller's next write stores it, before the pod is asked for).
+func (j *job) addPod(ph v1alpha1.Phase, op podrunner.Operation) {
+	st := &j.v.Status
+	for len(st.Pods) >= maxPodEntries {
+		i := 0
+		for i < len(st.Pods)-1 && st.Pods[i].Outcome == v1alpha1.PodRunning {
+			i++
+		}
+		st.Pods = append(st.Pods[:i], st.Pods[i+1:]...)
+	}
+	st.Pods = append(st.Pods, v1alpha1.VolumePod{Phase: ph, Namespace: j.s.Pods.Namespace(op), Name: op.PodName(), Token: podrunner.NewToken()})
+}
+
+// save writes the record after mutate, in one Update.
+func (j *job) save(ctx context.Context, mutate func(v *v1alpha1.PavVolume)) error {
+	v := j.v.DeepCopy()
+	mutate(v)
+	got, err := j.s.Records.Update(ctx, v)
+	if err != nil {
+		return err
+	}
+	j.v = got
+	return nil
+}
+
+// pending is the phase's pod entry that has no outcome yet, or nil.
+func (j *job) pending(ph v1alpha1.Phase) *v1alpha1.VolumePod {
+	if e := j.v.Status.Pod(ph); e != nil && e.Outcome == v1alpha1.PodRunning {
+		return e
+	}
+	return nil
+}
+
+// run runs (or adopts) the pod of the phase's pending entry, recording its UID
+// as soon as it exists. A pod lost before it finished is recorded Lost and
+// given a successor entry (the retry runs it: ABORTED).
+func (j *job) run(ctx context.Context, ph v1alpha1.Phase, op podrunner.Operation) (*podrunner.Result, error) {
+	e := j.pending(ph)
+	if e == nil {
+		return nil, fmt.Errorf("volume %s: no %s pod recorded (a pav bug)", j.v.Spec.VolumeName, ph)
+	}
+	// The pod lives where it was recorded, whatever the template says now.
+	op = withIdentity(op, *e)
+	token := e.Token
+	if err := j.removeOld(ctx, ph, op); err != nil {
+		return nil, err
+	}
+	op.Created = func(ctx context.Context, uid types.UID) error {
+		return j.save(ctx, func(v *v1alpha1.PavVolume) {
+			if e := v.Status.Pod(ph); e != nil && e.Token == token {
+				e.UID = uid
+			}
+		})
+	}
+	res, err := j.s.Pods.Run(ctx, op)
+	if errors.Is(err, podrunner.ErrPodDeleted) {
+		if serr := j.save(ctx, func(v *v1alpha1.PavVolume) {
+			if e := v.Status.Pod(ph); e != nil && e.Token == token {
+				e.Outcome = v1alpha1.PodLost
+			}
+			(&job{s: j.s, p: j.p, v: v}).addPod(ph, op)
+		}); serr != nil {
+			return nil, serr
+		}
+	}
+	return res, err
+}
+
+// removeOld removes the pods of a phase's earlier entries (failed or lost) that
+// may still exist: the new pod has their name, and they would be foreign to
+// its token.
+func (j *job) removeOld(ctx context.Context, ph v1alpha1.Phase, op podrunner.Operation) error {
+	for _, e := range j.v.Status.Pods {
+		if e.Phase != ph || e.Name != op.PodName() || e.Token == op.Token || e.Outcome == v1alpha1.PodRunning {
+			continue
+		}
+		if err := j.s.Pods.Delete(ctx, withIdentity(op, e)); err != nil {
+			return fmt.Errorf("removing the earlier %s pod %s/%s: %w", ph, e.Namespace, e.Name, err)
+		}
+	}
+	return nil
+}
+
+// withIdentity is op naming the pod of entry e.
+func withIdentity(op podrunner.Operation, e v1alpha1.VolumePod) podrunner.Operation {
+	op.Token, op.UID = e.Token, e.UID
+	op.Template.Namespace = e.Namespace
+	return op
+}
+
+// removeDone removes every pod whose outcome is recorded; Delete leaves alone
+// what is gone or not pav's.
+func (j *job) removeDone(ctx context.Context) error {
+	for _, e := range j.v.Status.Pods {
+		if e.Outcome == v1alpha1.PodRunning || e.Outcome == v1alpha1.PodLost {
+			continue
+		}
+		op := withIdentity(PodOperation(j.p.Name, e.Phase, "", corev1.PodTemplateSpec{}), e)
+		op.VolumeKey = j.keyOf(e)
+		if err := j.s.Pods.Delete(ctx, op); err != nil {
+			return fmt.Errorf("removing the finished %s pod %s/%s: %w", e.Phase, e.Namespace, e.Name, err)
+		}
+	}
+	return nil
+}
+
+// keyOf is the volume key of a recorded pod: the one whose PodName it has.
+func (j *job) keyOf(e v1alpha1.VolumePod) string {
+	if e.Phase == v1alpha1.PhaseDeletion && j.v.Status.Handle != "" &&
+		podrunner.PodName(j.p.Name, e.Phase, DeletionKey(j.v.Status.Handle)) == e.Name {
+		return DeletionKey(j.v.Status.Handle)
+	}
+	return j.v.Spec.VolumeName
+}
+
+// resume carries a volume's creation on from its record's phase.
+func (j *job) resume(ctx context.Context) (*csi.Volume, error) {
+	for {
+		switch j.v.Status.Phase {
+		case v1alpha1.VolumeValidating:
+			if err := j.validate(ctx); err != nil {
+				return nil, err
+			}
+		case v1alpha1.VolumeCreating:
+			if err := j.create(ctx); err != nil {
+				return nil, err
+			}
+		case v1alpha1.VolumeReverting:
+			return nil, j.revert(ctx)
+		case v1alpha1.VolumeCreated:
+			if err := j.removeDone(ctx); err != nil {
+				return nil, err
+			}
+			st := &j.v.Status
+			return &csi.Volume{VolumeId: st.Handle, CapacityBytes: st.Capacity,
+				VolumeContext: volume.Context(j.v.Spec.Params, st.Capacity, j.pvName)}, nil
+		case v1alpha1.VolumeDeleting:
+			return nil, grpcerr.Errorf(codes.FailedPrecondition, "volume %s is being deleted", j.v.Spec.VolumeName)
+		default:
+			return nil, fmt.Errorf("PavVolume %s has an unknown phase %q", j.v.Name, j.v.Status.Phase)
+		}
+	}
+}
+
+// validate runs the validation pod. Success moves the record to Creating (and
+// records the creation pod) before the validation pod is removed; a refusal is
+// recorded, then the pod and the record are removed (nothing else was made),
+// and it is final.
+func (j *job) validate(ctx context.Context) error {
+	e := j.v.Status.Pod(v1alpha1.PhaseValidation)
+	switch {
+	case e == nil || e.Outcome == v1alpha1.PodSucceeded:
+		// Success moves to Creating in the same write.
+		return fmt.Errorf("PavVolume %s is Validating without a validation pod to run (a pav bug)", j.v.Name)
+	case e.Outcome == v1alpha1.PodFailed:
+		// Refused before a restart: finish the cleanup.
+		return j.refused(ctx, grpcerr.Errorf(codes.InvalidArgument, "%s", j.v.Status.Message))
+	}
+	cfg, err := j.validation(ctx)
+	if err != nil {
+		return err
+	}
+	if cfg.PodTemplate == nil {
+		return grpcerr.Errorf(codes.FailedPrecondition, "volume %s is waiting for its validation pod, but spec.volumeValidation no longer has a podTemplate; restore it, or delete the claim", j.v.Spec.VolumeName)
+	}
+	_, err = j.run(ctx, v1alpha1.PhaseValidation, j.op(v1alpha1.PhaseValidation, *cfg.PodTemplate))
+	if errors.Is(err, podrunner.ErrForeignPod) {
+		// Validation pods change nothing: the volume starts over once the
+		// pod is gone.
+		return j.refused(ctx, err)
+	}
+	if _, ok := podrunner.IsPodFailure(err); ok {
+		failure := fmt.Errorf("volume validation failed: %w", err)
+		if serr := j.save(ctx, func(v *v1alpha1.PavVolume) {
+			v.Status.Pod(v1alpha1.PhaseValidation).Outcome = v1alpha1.PodFailed
+			v.Status.Message = failure.Error()
+		}); serr != nil {
+			return serr
+		}
+		return j.refused(ctx, failure)
+	}
+	if err != nil {
+		return err
+	}
+	ccfg, err := j.creation(ctx)
+	if err != nil {
+		return err
+	}
+	if err := j.save(ctx, func(v *v1alpha1.PavVolume) {
+		v.Status.Pod(v1alpha1.PhaseValidation).Outcome = v1alpha1.PodSucceeded
+		v.Status.Phase = v1alpha1.VolumeCreating
+		if ccfg.PodTemplate != nil {
+			(&job{s: j.s, p: j.p, v: v}).addPod(v1alpha1.PhaseCreation, j.op(v1alpha1.PhaseCreation, *ccfg.PodTemplate))
+		}
+	}); err != nil {
+		return err
+	}
+	return j.removeDone(ctx)
+}
+
+// refused ends a volume before anything was made (the validation pod refused
+// it, or a foreign pod holds a pod name): pav's pods and the record go.
+func (j *job) refused(ctx context.Context, failure error) error {
+	if err := j.removeDone(ctx); err != nil {
+		return err
+	}
+	if err := j.s.Records.Delete(ctx, j.v); err != nil {
+		return err
+	}
+	return failure
+}
+
+// create runs the creation pod (if any) and works out the handle and capacity:
+// /pav files, else the spec, else the default handle. Success records Created
+// before the pod is removed. A final failure records Reverting.
+func (j *job) create(ctx context.Context) error {
+	cfg, err := j.creation(ctx)
+	if err != nil {
+		return err
 	}
 	handle, capacity := cfg.Handle, int64(0)
 	if cfg.Capacity != nil {
 		capacity = *cfg.Capacity
 	}
-	if cfg.PodTemplate != nil {
-		res, err := s.Pods.Run(ctx, PodOperation(p.Name, v1alpha1.PhaseCreation, name, *cfg.PodTemplate))
-		if err != nil {
-			if isFinal(err) {
-				err = s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, fmt.Errorf("volume creation failed: %w", err))
-			}
-			return nil, grpcerr.Status(err, codes.Internal)
+	ran := j.v.Status.Pod(v1alpha1.PhaseCreation) != nil
+	if ran {
+		if cfg.PodTemplate == nil {
+			return grpcerr.Errorf(codes.FailedPrecondition, "volume %s is being created by a creation pod, but spec.volumeCreation no longer has a podTemplate; restore it", j.v.Spec.VolumeName)
 		}
-		handle, capacity, err = fromPodFiles(res.Files, handle, capacity)
+		op := j.op(v1alpha1.PhaseCreation, *cfg.PodTemplate)
+		res, err := j.run(ctx, v1alpha1.PhaseCreation, op)
+		if errors.Is(err, podrunner.ErrForeignPod) {
+			return j.foreignCreation(ctx, err)
+		}
+		if _, ok := podrunner.IsPodFailure(err); ok {
+			return j.fail(ctx, v1alpha1.ReasonCreationFailed, fmt.Errorf("volume creation failed: %w", err), orDefault(handle, j.v.Spec.DefaultHandle), capacity)
+		}
 		if err != nil {
-			return nil, grpcerr.Status(s.revert(ctx, p, name, r, claim, orDefault(handle, claim.DefaultHandle), capacity, err), codes.Internal)
+			return err
+		}
+		if handle, capacity, err = fromPodFiles(res.Files, handle, capacity); err != nil {
+			return j.fail(ctx, v1alpha1.ReasonInvalidCreationOutput, err, orDefault(handle, j.v.Spec.DefaultHandle), capacity)
 		}
 	}
-	handle = orDefault(handle, claim.DefaultHandle)
-	var rangeErr error
+	handle = orDefault(handle, j.v.Spec.DefaultHandle)
+	if err := checkCapacity(capacity, j.request()); err != nil {
+		if !ran {
+			// Nothing was made: nothing to revert.
+			if derr := j.s.Records.Delete(ctx, j.v); derr != nil {
+				return derr
+			}
+			return grpcerr.WithCode(codes.OutOfRange, err)
+		}
+		return j.fail(ctx, v1alpha1.ReasonCapacityOutOfRange, err, handle, capacity)
+	}
+	if err := j.checkHandle(ctx, handle); err != nil {
+		// Never revert: the deletion pod would act on the other volume's
+		// backend. The backend volume this pod made, if any, is the
+		// provisioner's to find; the message says whose handle it reused.
+		if e := j.pending(v1alpha1.PhaseCreation); e != nil {
+			e.Outcome = v1alpha1.PodSucceeded // in memory: so that removeDone removes it
+		}
+		if rerr := j.removeDone(ctx); rerr != nil {
+			return rerr
+		}
+		if derr := j.s.Records.Delete(ctx, j.v); derr != nil {
+			return derr
+		}
+		return err
+	}
+	if err := j.save(ctx, func(v *v1alpha1.PavVolume) {
+		if e := v.Status.Pod(v1alpha1.PhaseCreation); e != nil {
+			e.Outcome = v1alpha1.PodSucceeded
+		}
+		v.Status.Phase, v.Status.Handle, v.Status.Capacity = v1alpha1.VolumeCreated, handle, capacity
+	}); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Volume created", "volume", j.v.Spec.VolumeName, "handle", handle, "capacity", capacity)
+	return nil
+}
+
+// foreignCreation handles a creation pod name taken by a pod pav did not
+// create. If no creation pod of ours can have run, nothing was made: the
+// record goes and the error is final (a human deletes the pod; the PVC's retry
+// starts over). If one of ours did exist (someone replaced it), its work may
+// be half done: the record stays, and the answer is non-final so that
+// external-provisioner keeps retrying until the pod is gone, and the revert
+// or the creation then finishes.
+func (j *job) foreignCreation(ctx context.Context, err error) error {
+	for _, e := range j.v.Status.Pods {
+		if e.Phase == v1alpha1.PhaseCreation && (e.UID != "" || e.Outcome == v1alpha1.PodLost) {
+			return grpcerr.WithCode(codes.Aborted, err)
+		}
+	}
+	return j.refused(ctx, err)
+}
+
+// checkHandle refuses a handle another volume of this provisioner already has
+// (asking the API server, not the cache): two PVs with one handle would let
+// either claim reach, and delete, the other's data.
+func (j *job) checkHandle(ctx context.Context, handle string) error {
+	others, err := j.s.Records.ByHandle(ctx, handle, true)
+	if err != nil {
+		return err
+	}
+	for _, o := range others {
+		if o.Spec.VolumeName != j.v.Spec.VolumeName {
+			return grpcerr.Errorf(codes.FailedPrecondition,
+				"the created volume's handle %q is already the handle of volume %s (claim %s): a handle must be unique; pav did not record this volume and did not run the deletion pod, which would act on that volume",
+				handle, o.Spec.VolumeName, orDefault(o.Spec.Claim, "unknown"))
+		}
+	}
+	return nil
+}
+
+// fail records a final creation failure (Reverting, with the deletion pod to
+// run) before the creation pod is removed, and reverts.
+func (j *job) fail(ctx context.Context, reason string, cause error, handle string, capacity int64) error {
+	klog.FromContext(ctx).Info("Volume creation failed; reverting it", "volume", j.v.Spec.VolumeName, "reason", reason, "err", cause.Error())
+	// Evaluated now so that the Reverting write also records the deletion
+	// pod; if it fails, revert evaluates it again (and says why).
+	cfg, cfgErr := j.deletionAfter(ctx, handle, capacity)
+	if err := j.save(ctx, func(v *v1alpha1.PavVolume) {
+		if e := v.Status.Pod(v1alpha1.PhaseCreation); e != nil && e.Outcome == v1alpha1.PodRunning {
+			e.Outcome = v1alpha1.PodFailed
+		}
+		v.Status.Phase, v.Status.Reason, v.Status.Message = v1alpha1.VolumeReverting, reason, cause.Error()
+		v.Status.Handle, v.Status.Capacity = handle, capacity
+		if cfgErr == nil && cfg.PodTemplate != nil {
+			(&job{s: j.s, p: j.p, v: v}).addPod(v1alpha1.PhaseDeletion, j.op(v1alpha1.PhaseDeletion, *cfg.PodTemplate))
+		}
+	}); err != nil {
+		return err
+	}
+	if err := j.removeDone(ctx); err != nil {
+		return err
+	}
+	return j.revert(ctx)
+}
+
+// deletionAfter evaluates spec.volumeDeletion for the handle and capacity creation got to.
+func (j *job) deletionAfter(ctx context.Context, handle string, capacity int64) (*phase.PodConfig, error) {
+	v := j.v.DeepCopy()
+	v.Status.Handle, v.Status.Capacity = handle, capacity
+	return (&job{s: j.s, p: j.p, v: v, key: j.key}).deletion(ctx)
+}
+
+// revert runs the deletion pod with the context creation had, then removes the
+// record and returns the creation's failure (final). If the deletion pod fails
+// the record stays, and the answer is ABORTED: external-provisioner keeps
+// retrying, even once the PVC is gone, and so the revert is retried.
+func (j *job) revert(ctx context.Context) error {
+	st := &j.v.Status
+	cause := errors.New(st.Message)
+	var code codes.Code
+	switch st.Reason {
+	case v1alpha1.ReasonCapacityOutOfRange:
+		code = codes.OutOfRange
+	default:
+		code = codes.Internal
+	}
+	if err := j.deleteBackend(ctx); err != nil {
+		// Whatever the deletion's failure, the revert must be retried.
+		return &grpcerr.RevertError{Cause: cause, Err: err}
+	}
+	if err := j.s.Records.Delete(ctx, j.v); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Volume creation reverted", "volume", j.v.Spec.VolumeName)
+	return grpcerr.WithCode(code, cause)
+}
+
+// deleteBackend runs the pending deletion pod (if the spec has one), with the
+// claim snapshot's context and the volume's handle and capacity, and removes it
+// once it succeeded. A failed deletion pod is removed too, with a successor
+// entry recorded, so that the retry runs it again.
+func (j *job) deleteBackend(ctx context.Context) error {
+	cfg, err := j.deletion(ctx)
+	if j.pending(v1alpha1.PhaseDeletion) == nil {
+		last := j.v.Status.Pod(v1alpha1.PhaseDeletion)
+		if last != nil && last.Outcome == v1alpha1.PodSucceeded {
+			// It succeeded, and a restart came before the record went.
+			return j.removeDone(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		if cfg.PodTemplate == nil {
+			if last == nil {
+				// The spec has no deletion pod: nothing to run.
+				return j.removeDone(ctx)
+			}
+			return grpcerr.Errorf(codes.FailedPrecondition, "volume %s needs its deletion pod to run again, but spec.volumeDeletion no longer has a podTemplate; restore it", j.v.Spec.VolumeName)
+		}
+		// The first deletion pod, or a new one after a failed or lost one.
+		if err := j.save(ctx, func(v *v1alpha1.PavVolume) {
+			(&job{s: j.s, p: j.p, v: v, key: j.key}).addPod(v1alpha1.PhaseDeletion, j.op(v1alpha1.PhaseDeletion, *cfg.PodTemplate))
+		}); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if cfg.PodTemplate == nil {
+		return grpcerr.Errorf(codes.FailedPrecondition, "volume %s is waiting for its deletion pod, but spec.volumeDeletion no longer has a podTemplate; restore it", j.v.Spec.VolumeName)
+	}
+	op := j.op(v1alpha1.PhaseDeletion, *cfg.PodTemplate)
+	_, err = j.run(ctx, v1alpha1.PhaseDeletion, op)
+	if f, ok := podrunner.IsPodFailure(err); ok {
+		// Record the failure, then remove the failed pod: the retry runs a
+		// new one under a new entry.
+		if serr := j.save(ctx, func(v *v1alpha1.PavVolume) {
+			if e := v.Status.Pod(v1alpha1.PhaseDeletion); e != nil && e.Outcome == v1alpha1.PodRunning {
+				e.Outcome = v1alpha1.PodFailed
+			}
+			if v.Status.Phase == v1alpha1.VolumeDeleting {
+				// (Reverting keeps the creation's failure: the caller
+				// gets it once the revert is done.)
+				v.Status.Message = fmt.Sprintf("volume deletion failed: %v", f)
+			}
+		}); serr != nil {
+			return serr
+		}
+		if rerr := j.removeDone(ctx); rerr != nil {
+			klog.FromContext(ctx).Error(rerr, "Could not remove the failed deletion pod; the retry will", "volume", j.v.Spec.VolumeName)
+		}
+		return fmt.Errorf("volume deletion failed: %w", err)
+	}
+	if err != nil {
+		return err
+	}
+	if err := j.save(ctx, func(v *v1alpha1.PavVolume) {
+		v.Status.Pod(v1alpha1.PhaseDeletion).Outcome = v1alpha1.PodSucceeded
+	}); err != nil {
+		return err
+	}
+	return j.removeDone(ctx)
+}
+
+func checkCapacity(capacity int64, r phase.Request) error {
 	switch {
 	case capacity == 0:
-		rangeErr = fmt.Errorf("the volume's capacity is unknown: set spec.volumeCreation.capacity or have the creation pod write /pav/capacity")
+		return fmt.Errorf("the volume's capacity is unknown: set spec.volumeCreation.capacity or have the creation pod write /pav/capacity")
 	case capacity < r.MinCapacity:
-		rangeErr = fmt.Errorf("the created volume's capacity %s is below the requested %s", phase.FormatBytes(capacity), phase.FormatBytes(r.MinCapacity))
+		return fmt.Errorf("the created volume's capacity %s is below the requested %s", phase.FormatBytes(capacity), phase.FormatBytes(r.MinCapacity))
 	case r.MaxCapacity != nil && capacity > *r.MaxCapacity:
-		rangeErr = fmt.Errorf("the created volume's capacity %s is above the requested limit %s", phase.FormatBytes(capacity), phase.FormatBytes(*r.MaxCapacity))
+		return fmt.Errorf("the created volume's capacity %s is above the requested limit %s", phase.FormatBytes(capacity), phase.FormatBytes(*r.MaxCapacity))
 	}
-	if rangeErr != nil {
-		if cfg.PodTemplate != nil {
-			rangeErr = s.revert(ctx, p, name, r, claim, handle, capacity, rangeErr)
-		}
-		return nil, grpcerr.Status(rangeErr, codes.OutOfRange)
-	}
-	vc, err := volume.Context(r.Params, capacity, claim)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	return &csi.Volume{VolumeId: handle, CapacityBytes: capacity, VolumeContext: vc}, nil
+	return nil
 }
 
 // fromPodFiles applies /pav/handle and /pav/capacity, which win over the spec.
@@ -321,140 +812,97 @@ func fromPodFiles(files map[string]string, handle string, capacity int64) (strin
 	return handle, capacity, nil
 }
 
-// revert runs the deletion pod after a failed creation and returns cause, with
-// the deletion's own failure added when it fails too.
-func (s *Server) revert(ctx context.Context, p *v1alpha1.PavProvisioner, name string, r phase.Request, claim *volume.Claim, handle string, capacity int64, cause error) error {
-	if err := s.runDeletion(ctx, p, name, r, claim, handle, capacity); err != nil {
-		klog.ErrorS(err, "deletion pod after a failed creation failed too; the volume may need manual clean-up", "volume", name, "handle", handle)
-		return fmt.Errorf("%w; the deletion pod that reverts it failed too: %v", cause, err)
-	}
-	return cause
-}
-
-func (s *Server) runDeletion(ctx context.Context, p *v1alpha1.PavProvisioner, key string, r phase.Request, claim *volume.Claim, handle string, capacity int64) error {
-	vars, err := phase.DeletionVars(r, phase.Objects{PVC: claim.PVC, SC: claim.SC}, claim.DefaultHandle, handle, capacity)
-	if err != nil {
-		return err
-	}
-	cfg, err := s.Eval.Deletion(ctx, p, vars)
-	if err != nil || cfg.PodTemplate == nil {
-		return err
-	}
-	_, err = s.Pods.Run(ctx, PodOperation(p.Name, v1alpha1.PhaseDeletion, key, *cfg.PodTemplate))
-	return err
-}
-
-// DeleteVolume runs the deletion pod of a volume pav created. An unknown handle
-// is already deleted (OK, as CSI asks).
+// DeleteVolume runs the deletion pod of a volume pav created, with the context
+// its creation had, whether or not the PV still exists and after any restart.
+// A handle without a record (unknown, static, or already deleted) is OK, as
+// CSI asks.
 func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
-	handle := req.GetVolumeId()
-	if handle == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	if err := s.deleteVolume(ctx, req.GetVolumeId()); err != nil {
+		return nil, grpcerr.Status(err)
 	}
-	p, err := s.Source.Get(false)
-	if err != nil {
-		return nil, err
-	}
-	release, ok := s.busy.TryAcquire(DeletionKey(handle))
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
-	}
-	defer release()
-
-	rec, err := s.lookup(handle)
-	if err != nil {
-		return nil, err
-	}
-	if rec == nil {
-		klog.V(2).InfoS("DeleteVolume of an unknown volume: nothing to delete", "handle", handle)
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	claim := rec.claim
-	if claim == nil {
-		claim = &volume.Claim{DefaultHandle: rec.name}
-	}
-	r := phase.Request{VolumeMode: claim.RequestedVolumeMode, AccessModes: claim.RequestedAccessModes,
-		MinCapacity: claim.RequestedMinCapacity, MaxCapacity: claim.RequestedMaxCapacity, Params: rec.params}
-	if err := s.runDeletion(ctx, p, DeletionKey(handle), r, claim, handle, rec.capacity); err != nil {
-		return nil, grpcerr.Status(fmt.Errorf("volume deletion failed: %w", err), codes.Internal)
-	}
-	s.forget(handle)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// lookup finds what DeleteVolume needs: the PV (informer index) or, without
-// Kubernetes, this process's record.
-func (s *Server) lookup(handle string) (*record, error) {
-	if s.PVs != nil {
-		pv, err := s.PVs.ByHandle(handle)
+func (s *Server) deleteVolume(ctx context.Context, handle string) error {
+	if handle == "" {
+		return status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	p, err := s.Source.Get(false)
+	if err != nil {
+		return err
+	}
+	release, ok := s.busy.TryAcquire(DeletionKey(handle))
+	if !ok {
+		return status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
+	}
+	defer release()
+
+	v, err := s.byHandle(ctx, handle)
+	if err != nil || v == nil {
+		if v == nil && err == nil {
+			klog.FromContext(ctx).V(2).Info("DeleteVolume of a volume pav has no record of (unknown, static, or deleted): nothing to do", "handle", handle)
+		}
+		return err
+	}
+	j := &job{s: s, p: p, v: v, key: DeletionKey(handle)}
+	switch v.Status.Phase {
+	case v1alpha1.VolumeCreated:
+		cfg, err := j.deletion(ctx)
 		if err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
+			return err
 		}
-		if pv != nil {
-			if pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRetain {
-				return nil, status.Errorf(codes.FailedPrecondition, "PersistentVolume %s has reclaim policy Retain: its volume is never deleted", pv.Name)
+		if err := j.save(ctx, func(v *v1alpha1.PavVolume) {
+			v.Status.Phase = v1alpha1.VolumeDeleting
+			if cfg.PodTemplate != nil {
+				(&job{s: s, p: p, v: v, key: j.key}).addPod(v1alpha1.PhaseDeletion, j.op(v1alpha1.PhaseDeletion, *cfg.PodTemplate))
 			}
-			capacity, claim, ours, err := volume.ParseContext(pv.Spec.CSI.VolumeAttributes)
-			if err != nil {
-				return nil, status.Error(codes.Internal, err.Error())
-			}
-			if !ours {
-				// A static PV: its storage belongs to whoever created it.
-				return nil, nil
-			}
-			if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
-				capacity = q.Value()
-			}
-			name := pv.Name
-			if claim != nil {
-				name = claim.DefaultHandle
-			}
-			return &record{name: name, params: volume.UserParams(pv.Spec.CSI.VolumeAttributes), claim: claim, capacity: capacity}, nil
+		}); err != nil {
+			return err
 		}
+	case v1alpha1.VolumeDeleting:
+	default:
+		return grpcerr.Errorf(codes.FailedPrecondition, "volume %s (handle %q) is still being created (%s)", v.Spec.VolumeName, handle, v.Status.Phase)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, rec := range s.created {
-		if rec.resp.VolumeId == handle {
-			return rec, nil
-		}
+	if err := j.deleteBackend(ctx); err != nil {
+		return err
 	}
-	return nil, nil
+	if err := s.Records.Delete(ctx, j.v); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Volume deleted", "volume", v.Spec.VolumeName, "handle", handle)
+	return nil
 }
 
-func (s *Server) remember(rec *record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.created == nil {
-		s.created = map[string]*record{}
+// byHandle is the record of a handle, or nil.
+func (s *Server) byHandle(ctx context.Context, handle string) (*v1alpha1.PavVolume, error) {
+	vs, err := s.Records.ByHandle(ctx, handle, false)
+	if err != nil {
+		return nil, err
 	}
-	s.created[rec.name] = rec
-}
-
-func (s *Server) forget(handle string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, rec := range s.created {
-		if rec.resp.VolumeId == handle {
-			delete(s.created, name)
-		}
+	switch len(vs) {
+	case 0:
+		return nil, nil
+	case 1:
+		return vs[0], nil
 	}
-}
-
-// annotate records the created volume on the PVC; failing to is not fatal (only a
-// retry after a restart loses the shortcut), so it is logged.
-func (s *Server) annotate(ctx context.Context, pvc *corev1.PersistentVolumeClaim, c volume.Created) {
-	b, _ := json.Marshal(c)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{volume.AnnotationCreated: string(b)}}})
-	_, err := s.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		klog.ErrorS(err, "could not record the created volume on its PVC", "pvc", klog.KObj(pvc))
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		names[i] = v.Name
 	}
+	return nil, grpcerr.Errorf(codes.FailedPrecondition, "PavVolumes %s all have handle %q; a handle must be unique: a human must tell which is right", strings.Join(names, ", "), handle)
 }
 
 // ValidateVolumeCapabilities confirms capabilities against spec.volumeValidation
-// for a volume that exists.
+// for a volume pav created.
 func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	resp, err := s.validateVolumeCapabilities(ctx, req)
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	return resp, nil
+}
+
+func (s *Server) validateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
 	}
@@ -466,25 +914,22 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.lookup(req.GetVolumeId())
+	v, err := s.byHandle(ctx, req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	if rec == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+	if v == nil || v.Status.Phase != v1alpha1.VolumeCreated {
+		return nil, grpcerr.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
 	}
-	r := phase.Request{VolumeMode: mode, AccessModes: modes, MinCapacity: rec.capacity, MaxCapacity: &rec.capacity, Params: rec.params}
-	var objs phase.Objects
-	if rec.claim != nil {
-		objs = phase.Objects{PVC: rec.claim.PVC, SC: rec.claim.SC}
-	}
-	vars, err := phase.ValidationVars(r, objs, "")
+	c := v.Status.Capacity
+	r := phase.Request{VolumeMode: mode, AccessModes: modes, MinCapacity: c, MaxCapacity: &c, Params: v.Spec.Params}
+	vars, err := phase.ValidationVars(r, phase.Objects{PVC: v.Spec.PVC, SC: v.Spec.SC}, "")
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, err
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return nil, grpcerr.Status(err, codes.InvalidArgument)
+		return nil, err
 	}
 	if err := cfg.CheckRequest(r); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
@@ -494,13 +939,6 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 		VolumeCapabilities: req.GetVolumeCapabilities(),
 		Parameters:         req.GetParameters(),
 	}}, nil
-}
-
-// isFinal tells a pod that ended (failed, unschedulable, timed out) from a call
-// that ran out of time while its pod still runs; only the former is reverted.
-func isFinal(err error) bool {
-	var pf *podrunner.PodFailure
-	return errors.As(err, &pf)
 }
 
 func orDefault(s, def string) string {

@@ -2,6 +2,7 @@ package controllerserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,9 +14,13 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -23,34 +28,112 @@ import (
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/records"
+	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
-// fakeRunner records the operations it is asked to run and answers per phase.
+// fakeRunner plays the pod runner: it answers per phase, and keeps the pods
+// that exist (created by a Run with no recorded UID, removed by Delete) as a
+// real runner would, adopting a pod by its recorded UID or token.
 type fakeRunner struct {
 	mu      sync.Mutex
-	ops     []podrunner.Operation
+	ops     []podrunner.Operation // every Run
 	answers map[v1alpha1.Phase]func(op podrunner.Operation) (*podrunner.Result, error)
+	pods    map[string]fakePod // by pod name: the pods that exist
+	created int                // pods created
+	deleted []string           // pods removed by Delete
+	nextUID int
 }
 
-func (f *fakeRunner) Run(_ context.Context, op podrunner.Operation) (*podrunner.Result, error) {
+type fakePod struct {
+	uid    types.UID
+	token  string
+	result *podrunner.Result
+	err    error
+	done   bool
+}
+
+func (f *fakeRunner) Namespace(op podrunner.Operation) string { return op.Namespace("") }
+
+func (f *fakeRunner) Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error) {
+	if op.Token == "" {
+		return nil, fmt.Errorf("%w: no token", podrunner.ErrInvalidOperation)
+	}
 	f.mu.Lock()
+	if f.pods == nil {
+		f.pods = map[string]fakePod{}
+	}
 	f.ops = append(f.ops, op)
+	name := op.PodName()
+	p, exists := f.pods[name]
+	switch {
+	case exists && (op.UID != "" && p.uid != op.UID || op.UID == "" && p.token != op.Token):
+		f.mu.Unlock()
+		return nil, fmt.Errorf("%w: pod %s", podrunner.ErrForeignPod, name)
+	case !exists && op.UID != "":
+		f.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", podrunner.ErrPodDeleted, name)
+	case !exists:
+		f.nextUID++
+		p = fakePod{uid: types.UID(fmt.Sprintf("uid-%d", f.nextUID)), token: op.Token}
+		f.pods[name] = p
+		f.created++
+	}
+	adoptedByToken := op.UID == ""
 	answer := f.answers[op.Phase]
 	f.mu.Unlock()
-	if answer != nil {
-		return answer(op)
+	if adoptedByToken && op.Created != nil {
+		if err := op.Created(ctx, p.uid); err != nil {
+			return nil, err
+		}
 	}
-	return &podrunner.Result{Pod: podrunner.PodName(op.Provisioner, op.Phase, op.VolumeKey), Files: map[string]string{}}, nil
+	if !p.done {
+		p.result, p.err = &podrunner.Result{Pod: name, Files: map[string]string{}}, nil
+		if answer != nil {
+			p.result, p.err = answer(op)
+		}
+		if errors.Is(p.err, context.DeadlineExceeded) {
+			return nil, p.err // still running
+		}
+		p.done = true
+		f.mu.Lock()
+		f.pods[name] = p
+		f.mu.Unlock()
+	}
+	if p.result != nil {
+		p.result.UID = p.uid
+	}
+	var pf *podrunner.PodFailure
+	if errors.As(p.err, &pf) {
+		pf.UID = p.uid
+	}
+	return p.result, p.err
 }
 
+func (f *fakeRunner) Delete(_ context.Context, op podrunner.Operation) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := op.PodName()
+	if p, ok := f.pods[name]; ok && (op.UID != "" && p.uid == op.UID || op.UID == "" && p.token == op.Token) {
+		delete(f.pods, name)
+		f.deleted = append(f.deleted, name)
+	}
+	return nil
+}
+
+// phases lists the phases of the pods that were created, in order.
 func (f *fakeRunner) phases() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []string
+	seen := map[string]bool{}
 	for _, op := range f.ops {
-		out = append(out, string(op.Phase))
+		if k := op.PodName() + op.Token; !seen[k] {
+			seen[k] = true
+			out = append(out, string(op.Phase))
+		}
 	}
 	return out
 }
@@ -66,13 +149,20 @@ func (f *fakeRunner) command(ph v1alpha1.Phase) string {
 	return ""
 }
 
+// live is the number of pods that exist.
+func (f *fakeRunner) live() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pods)
+}
+
 func files(m map[string]string) func(podrunner.Operation) (*podrunner.Result, error) {
 	return func(podrunner.Operation) (*podrunner.Result, error) { return &podrunner.Result{Files: m}, nil }
 }
 
 func podFails(msg string) func(op podrunner.Operation) (*podrunner.Result, error) {
 	return func(op podrunner.Operation) (*podrunner.Result, error) {
-		return nil, &podrunner.PodFailure{Phase: string(op.Phase), Pod: "p", Namespace: "default", PodPhase: corev1.PodFailed, Reason: "Error", ErrorFile: msg}
+		return nil, &podrunner.PodFailure{Phase: string(op.Phase), Pod: "p", Namespace: "pav", PodPhase: corev1.PodFailed, Reason: "Error", ErrorFile: msg}
 	}
 }
 
@@ -88,6 +178,60 @@ func prov(t *testing.T, spec string) *v1alpha1.PavProvisioner {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// cluster is the API a controller plugin talks to: PavVolume records behind a
+// fake dynamic client with API server write semantics, PVCs and
+// StorageClasses behind a fake clientset.
+type cluster struct {
+	t       *testing.T
+	records *dynamicfake.FakeDynamicClient
+	client  kubernetes.Interface
+}
+
+func newCluster(t *testing.T, objects ...runtime.Object) *cluster {
+	return &cluster{t: t, records: recordstest.NewClient(), client: fake.NewClientset(objects...)}
+}
+
+// server is a controller plugin process on the cluster: a new one after a
+// restart shares nothing with the old but the API.
+func (c *cluster) server(p *v1alpha1.PavProvisioner, runner PodRunner) *Server {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c.t.Cleanup(cancel)
+	store := records.New(c.records, p.Name)
+	if err := store.Start(ctx); err != nil {
+		c.t.Fatal(err)
+	}
+	return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Records: store, Client: c.client}
+}
+
+// volumes is every PavVolume, read from the API.
+func (c *cluster) volumes() []*v1alpha1.PavVolume {
+	c.t.Helper()
+	l, err := c.records.Resource(v1alpha1.VolumeGroupVersionResource).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []*v1alpha1.PavVolume
+	for i := range l.Items {
+		v := &v1alpha1.PavVolume{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(l.Items[i].Object, v); err != nil {
+			c.t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (c *cluster) volume(name string) *v1alpha1.PavVolume {
+	c.t.Helper()
+	for _, v := range c.volumes() {
+		if v.Spec.VolumeName == name {
+			return v
+		}
+	}
+	return nil
 }
 
 func capReq(caps ...*csi.VolumeCapability) []*csi.VolumeCapability { return caps }
@@ -112,28 +256,37 @@ func createReq(name string, required, limit int64, caps ...*csi.VolumeCapability
 		CapacityRange: &csi.CapacityRange{RequiredBytes: required, LimitBytes: limit}, Parameters: map[string]string{"color": "blue"}}
 }
 
+type answers = map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error)
+
 func TestCreateVolume(t *testing.T) {
 	base := "  provisioningModes: [Dynamic]\n  volumeStaging: " + fmt.Sprintf(pod, "true") + "\n"
 	for _, tc := range []struct {
 		name       string
 		spec       string
 		req        *csi.CreateVolumeRequest
-		answers    map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error)
+		answers    answers
 		wantCode   codes.Code
 		wantMsg    string
 		wantPhases string
 		wantHandle string
 		wantCap    int64
+		// wantRecord is the phase of the record left (final errors leave none).
+		wantRecord v1alpha1.VolumePhase
 	}{
 		{name: "fixed capacity, no pods", spec: "  volumeCreation: {capacity: 1Gi}\n",
-			req: createReq("v1", 1<<20, 0), wantHandle: "v1", wantCap: 1 << 30},
+			req: createReq("v1", 1<<20, 0), wantHandle: "v1", wantCap: 1 << 30, wantRecord: v1alpha1.VolumeCreated},
 		{name: "handle and capacity from the creation pod, trimmed",
 			spec:       "  volumeCreation: " + fmt.Sprintf(pod, "true") + "\n",
 			req:        createReq("v1", 100, 0),
-			answers:    map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){v1alpha1.PhaseCreation: files(map[string]string{"handle": " my-handle\n", "capacity": " 2Ki\n"})},
-			wantPhases: "creation", wantHandle: "my-handle", wantCap: 2048},
+			answers:    answers{v1alpha1.PhaseCreation: files(map[string]string{"handle": " my-handle\n", "capacity": " 2Ki\n"})},
+			wantPhases: "creation", wantHandle: "my-handle", wantCap: 2048, wantRecord: v1alpha1.VolumeCreated},
+		{name: "validation and creation pods",
+			spec:       "  volumeValidation: " + fmt.Sprintf(pod, "true") + "\n  volumeCreation: " + fmt.Sprintf(pod, "true") + "\n",
+			req:        createReq("v1", 100, 0),
+			answers:    answers{v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Ki"})},
+			wantPhases: "validation creation", wantHandle: "v1", wantCap: 1024, wantRecord: v1alpha1.VolumeCreated},
 		{name: "template handle", spec: "  volumeCreation: {handle: \"h-{{ params.color }}\", capacity: 10}\n",
-			req: createReq("v1", 1, 0), wantHandle: "h-blue", wantCap: 10},
+			req: createReq("v1", 1, 0), wantHandle: "h-blue", wantCap: 10, wantRecord: v1alpha1.VolumeCreated},
 		{name: "template error names the field", spec: "  volumeCreation: {capacity: \"{{ nope }}\"}\n",
 			req: createReq("v1", 1, 0), wantCode: codes.InvalidArgument, wantMsg: "spec.volumeCreation.capacity"},
 		{name: "template capacity not positive", spec: "  volumeCreation: {capacity: \"{{ 0 }}\"}\n",
@@ -143,33 +296,34 @@ func TestCreateVolume(t *testing.T) {
 		{name: "access mode not supported", spec: "  volumeValidation: {accessModes: [ReadWriteOnce]}\n  volumeCreation: {capacity: 1Gi}\n",
 			req: createReq("v1", 1, 0, mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)), wantCode: codes.InvalidArgument, wantMsg: "access mode ReadWriteMany is not supported"},
 		{name: "ReadWriteOncePod accepted when listed", spec: "  volumeValidation: {accessModes: [ReadWriteOncePod]}\n  volumeCreation: {capacity: 1Gi}\n",
-			req: createReq("v1", 1, 0, mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)), wantHandle: "v1", wantCap: 1 << 30},
+			req: createReq("v1", 1, 0, mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)), wantHandle: "v1", wantCap: 1 << 30, wantRecord: v1alpha1.VolumeCreated},
 		{name: "ReadWriteOncePod refused by default", spec: "  volumeCreation: {capacity: 1Gi}\n",
 			req: createReq("v1", 1, 0, mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)), wantCode: codes.InvalidArgument, wantMsg: "ReadWriteOncePod"},
 		{name: "request above maxCapacity", spec: "  volumeValidation: {maxCapacity: 1Mi}\n  volumeCreation: {capacity: 1Mi}\n",
 			req: createReq("v1", 2<<20, 0), wantCode: codes.OutOfRange, wantMsg: "above the provisioner's maximum 1Mi"},
 		{name: "limit below minCapacity", spec: "  volumeValidation: {minCapacity: 1Gi}\n  volumeCreation: {capacity: 1Gi}\n",
 			req: createReq("v1", 1, 1<<20), wantCode: codes.OutOfRange, wantMsg: "below the provisioner's minimum 1Gi"},
+		{name: "fixed capacity below the request: nothing made, nothing recorded", spec: "  volumeCreation: {capacity: 1Ki}\n",
+			req: createReq("v1", 1<<20, 0), wantCode: codes.OutOfRange, wantMsg: "below the requested 1Mi"},
 		{name: "validation pod fails",
 			spec:     "  volumeValidation: " + fmt.Sprintf(pod, "false") + "\n  volumeCreation: {capacity: 1Gi}\n",
 			req:      createReq("v1", 1, 0),
-			answers:  map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){v1alpha1.PhaseValidation: podFails("color not allowed")},
+			answers:  answers{v1alpha1.PhaseValidation: podFails("color not allowed")},
 			wantCode: codes.InvalidArgument, wantMsg: "color not allowed", wantPhases: "validation"},
 		{name: "creation pod fails, deletion pod reverts",
 			spec:     "  volumeCreation: " + fmt.Sprintf(pod, "false") + "\n  volumeDeletion: " + fmt.Sprintf(pod, "rm") + "\n",
 			req:      createReq("v1", 1, 0),
-			answers:  map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){v1alpha1.PhaseCreation: podFails("quota exceeded")},
+			answers:  answers{v1alpha1.PhaseCreation: podFails("quota exceeded")},
 			wantCode: codes.Internal, wantMsg: "quota exceeded", wantPhases: "creation deletion"},
-		{name: "creation and deletion pods both fail",
-			spec: "  volumeCreation: " + fmt.Sprintf(pod, "false") + "\n  volumeDeletion: " + fmt.Sprintf(pod, "rm") + "\n",
-			req:  createReq("v1", 1, 0),
-			answers: map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){
-				v1alpha1.PhaseCreation: podFails("quota exceeded"), v1alpha1.PhaseDeletion: podFails("backend down")},
-			wantCode: codes.Internal, wantMsg: "failed too", wantPhases: "creation deletion"},
+		{name: "creation and deletion pods both fail: non-final, the record stays",
+			spec:     "  volumeCreation: " + fmt.Sprintf(pod, "false") + "\n  volumeDeletion: " + fmt.Sprintf(pod, "rm") + "\n",
+			req:      createReq("v1", 1, 0),
+			answers:  answers{v1alpha1.PhaseCreation: podFails("quota exceeded"), v1alpha1.PhaseDeletion: podFails("backend down")},
+			wantCode: codes.Aborted, wantMsg: "undoing it failed too", wantPhases: "creation deletion", wantRecord: v1alpha1.VolumeReverting},
 		{name: "empty /pav/handle reverts",
 			spec:     "  volumeCreation: " + fmt.Sprintf(pod, "true") + "\n  volumeDeletion: " + fmt.Sprintf(pod, "rm") + "\n",
 			req:      createReq("v1", 1, 0),
-			answers:  map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){v1alpha1.PhaseCreation: files(map[string]string{"handle": " \n", "capacity": "1Gi"})},
+			answers:  answers{v1alpha1.PhaseCreation: files(map[string]string{"handle": " \n", "capacity": "1Gi"})},
 			wantCode: codes.Internal, wantMsg: "empty /pav/handle", wantPhases: "creation deletion"},
 		{name: "capacity unknown",
 			spec:     "  volumeCreation: " + fmt.Sprintf(pod, "true") + "\n",
@@ -178,18 +332,18 @@ func TestCreateVolume(t *testing.T) {
 		{name: "created capacity below request reverts",
 			spec:     "  volumeCreation: " + fmt.Sprintf(pod, "true") + "\n  volumeDeletion: " + fmt.Sprintf(pod, "rm") + "\n",
 			req:      createReq("v1", 1<<30, 0),
-			answers:  map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Mi"})},
+			answers:  answers{v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Mi"})},
 			wantCode: codes.OutOfRange, wantMsg: "below the requested 1Gi", wantPhases: "creation deletion"},
-		{name: "call deadline while the pod runs: no revert",
+		{name: "call deadline while the pod runs: no revert, the record stays",
 			spec:     "  volumeCreation: " + fmt.Sprintf(pod, "sleep 1000") + "\n  volumeDeletion: " + fmt.Sprintf(pod, "rm") + "\n",
 			req:      createReq("v1", 1, 0),
-			answers:  map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){v1alpha1.PhaseCreation: func(podrunner.Operation) (*podrunner.Result, error) { return nil, context.DeadlineExceeded }},
-			wantCode: codes.DeadlineExceeded, wantPhases: "creation"},
+			answers:  answers{v1alpha1.PhaseCreation: func(podrunner.Operation) (*podrunner.Result, error) { return nil, context.DeadlineExceeded }},
+			wantCode: codes.DeadlineExceeded, wantPhases: "creation", wantRecord: v1alpha1.VolumeCreating},
 		{name: "pod timeout is final and reverted",
 			spec: "  volumeCreation: " + fmt.Sprintf(pod, "sleep 1000") + "\n  volumeDeletion: " + fmt.Sprintf(pod, "rm") + "\n",
 			req:  createReq("v1", 1, 0),
-			answers: map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){v1alpha1.PhaseCreation: func(op podrunner.Operation) (*podrunner.Result, error) {
-				return nil, &podrunner.PodFailure{Phase: "creation", Pod: "p", Namespace: "default", PodPhase: corev1.PodRunning, Reason: "Timeout", Message: "still running after 5m"}
+			answers: answers{v1alpha1.PhaseCreation: func(op podrunner.Operation) (*podrunner.Result, error) {
+				return nil, &podrunner.PodFailure{Phase: "creation", Pod: "p", Namespace: "pav", PodPhase: corev1.PodRunning, Reason: "Timeout", Message: "still running after 5m"}
 			}},
 			wantCode: codes.Internal, wantMsg: "Timeout", wantPhases: "creation deletion"},
 		{name: "static-only provisioner refuses dynamic", spec: "",
@@ -207,10 +361,21 @@ func TestCreateVolume(t *testing.T) {
 				spec = "  provisioningModes: [Static]\n  volumeStaging: " + fmt.Sprintf(pod, "true") + "\n"
 			}
 			runner := &fakeRunner{answers: tc.answers}
-			s := &Server{Source: provisioner.Static{P: prov(t, spec)}, Eval: phase.NewEvaluator(nil), Pods: runner}
+			c := newCluster(t)
+			s := c.server(prov(t, spec), runner)
 			resp, err := s.CreateVolume(context.Background(), tc.req)
 			if got := strings.Join(runner.phases(), " "); got != tc.wantPhases {
 				t.Errorf("pods run: %q, want %q", got, tc.wantPhases)
+			}
+			var left v1alpha1.VolumePhase
+			if vs := c.volumes(); len(vs) > 0 {
+				left = vs[0].Status.Phase
+			}
+			if left != tc.wantRecord {
+				t.Errorf("record left: %q, want %q", left, tc.wantRecord)
+			}
+			if tc.wantRecord != v1alpha1.VolumeCreating && runner.live() != 0 {
+				t.Errorf("%d pods left behind", runner.live())
 			}
 			if tc.wantCode != codes.OK {
 				if status.Code(err) != tc.wantCode || !strings.Contains(status.Convert(err).Message(), tc.wantMsg) {
@@ -227,23 +392,30 @@ func TestCreateVolume(t *testing.T) {
 			if resp.Volume.VolumeContext["color"] != "blue" || resp.Volume.VolumeContext[volume.KeyCapacity] == "" {
 				t.Fatalf("volume context %v lacks the parameters or pav's keys", resp.Volume.VolumeContext)
 			}
+			v := c.volume("v1")
+			if v.Status.Handle != tc.wantHandle || v.Status.Capacity != tc.wantCap || v.Labels[v1alpha1.LabelVolumeHandle] != v1alpha1.HandleLabel(tc.wantHandle) {
+				t.Fatalf("record %+v", v.Status)
+			}
 		})
 	}
 }
 
 func TestCreateVolumeIdempotent(t *testing.T) {
-	runner := &fakeRunner{answers: map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){
-		v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Gi", "handle": "h1"})}}
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Gi", "handle": "h1"})}}
 	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
-	s := &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner}
+	c := newCluster(t)
+	s := c.server(p, runner)
 	ctx := context.Background()
 	first, err := s.CreateVolume(ctx, createReq("v1", 1<<20, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := s.CreateVolume(ctx, createReq("v1", 1<<20, 0))
-	if err != nil || again.Volume.VolumeId != first.Volume.VolumeId {
-		t.Fatalf("repeat = %v, %v", again, err)
+	// The same request again, to this process or a restarted one.
+	for _, srv := range []*Server{s, c.server(p, runner)} {
+		again, err := srv.CreateVolume(ctx, createReq("v1", 1<<20, 0))
+		if err != nil || again.Volume.VolumeId != first.Volume.VolumeId {
+			t.Fatalf("repeat = %v, %v", again, err)
+		}
 	}
 	if n := len(runner.phases()); n != 1 {
 		t.Fatalf("creation pod ran %d times, want once", n)
@@ -254,9 +426,17 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 	if _, err := s.CreateVolume(ctx, createReq("v1", 1<<20, 0, blockCap())); status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("repeat as Block: %v, want AlreadyExists", err)
 	}
-	// DeleteVolume finds the record (no Kubernetes), runs no pod (no volumeDeletion), forgets it.
+	other := createReq("v1", 1<<20, 0)
+	other.Parameters["color"] = "red"
+	if _, err := s.CreateVolume(ctx, other); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("repeat with other parameters: %v, want AlreadyExists", err)
+	}
+	// DeleteVolume finds the record, runs no pod (no volumeDeletion), removes it.
 	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "h1"}); err != nil {
 		t.Fatal(err)
+	}
+	if len(c.volumes()) != 0 {
+		t.Fatal("record left after DeleteVolume")
 	}
 	if _, err := s.CreateVolume(ctx, createReq("v1", 1<<20, 0)); err != nil {
 		t.Fatal(err)
@@ -268,14 +448,13 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 
 func TestCreateVolumeConcurrentCallAborted(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
-	runner := &fakeRunner{answers: map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){
-		v1alpha1.PhaseCreation: func(podrunner.Operation) (*podrunner.Result, error) {
-			close(entered)
-			<-release
-			return &podrunner.Result{Files: map[string]string{"capacity": "1Gi"}}, nil
-		}}}
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: func(podrunner.Operation) (*podrunner.Result, error) {
+		close(entered)
+		<-release
+		return &podrunner.Result{Files: map[string]string{"capacity": "1Gi"}}, nil
+	}}}
 	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
-	s := &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner}
+	s := newCluster(t).server(p, runner)
 	done := make(chan error)
 	go func() {
 		_, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0))
@@ -291,116 +470,359 @@ func TestCreateVolumeConcurrentCallAborted(t *testing.T) {
 	}
 }
 
-func TestCreateVolumeFromPVC(t *testing.T) {
+func claimObjects() (*corev1.PersistentVolumeClaim, *storagev1.StorageClass) {
 	mode := corev1.PersistentVolumeFilesystem
 	scName := "fast"
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "my claim", Namespace: "ns1", UID: "uid-1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "my claim", Namespace: "ns1", UID: "uid-1",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
 		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &scName, VolumeMode: &mode,
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}},
 	}
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: scName}, Provisioner: "test", Parameters: map[string]string{"color": "blue"}}
-	client := fake.NewClientset(pvc, sc)
-	runner := &fakeRunner{answers: map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){
-		v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Mi"})}}
-	p := prov(t, `  provisioningModes: [Dynamic]
+	return pvc, sc
+}
+
+func claimReq(pvc *corev1.PersistentVolumeClaim) *csi.CreateVolumeRequest {
+	req := createReq(DefaultHandle(pvc), 1<<20, 0)
+	req.Parameters = map[string]string{"color": "blue", volume.ParamPVCName: pvc.Name, volume.ParamPVCNamespace: pvc.Namespace, volume.ParamPVName: DefaultHandle(pvc)}
+	return req
+}
+
+const claimSpec = `  provisioningModes: [Dynamic]
   volumeValidation: {accessModes: [ReadWriteOncePod]}
   volumeCreation:
     podTemplate: {spec: {containers: [{name: c, image: busybox, command: [echo, "{{ pvc.metadata.name | tobash }}", "{{ sc.metadata.name }}", "{{ defaultHandle }}", "{{ requestedAccessModes[0] }}", "{{ requestedMinCapacity }}"]}]}}
-  volumeStaging: `+fmt.Sprintf(pod, "true")+"\n")
-	s := &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Client: client}
-	req := createReq("pvc-uid-1", 1<<20, 0)
-	req.Parameters = map[string]string{"color": "blue", volume.ParamPVCName: "my claim", volume.ParamPVCNamespace: "ns1", volume.ParamPVName: "pvc-uid-1"}
-	resp, err := s.CreateVolume(context.Background(), req)
+  volumeDeletion:
+    podTemplate: {spec: {containers: [{name: d, image: busybox, command: [echo, "{{ pvc.metadata.name | tobash }}", "{{ sc.metadata.name }}", "{{ handle }}", "{{ capacity or 'unknown' }}", "{{ params.color }}"]}]}}
+  volumeStaging: {podTemplate: {spec: {containers: [{name: s, image: busybox}]}}}
+`
+
+func TestCreateVolumeFromPVC(t *testing.T) {
+	pvc, sc := claimObjects()
+	c := newCluster(t, pvc, sc)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Mi"})}}
+	p := prov(t, claimSpec)
+	s := c.server(p, runner)
+	resp, err := s.CreateVolume(context.Background(), claimReq(pvc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := runner.command(v1alpha1.PhaseCreation), "echo 'my claim' fast pvc-uid-1 ReadWriteOncePod 1048576"; got != want {
 		t.Fatalf("creation pod command = %q, want %q", got, want)
 	}
-	if _, ok := resp.Volume.VolumeContext[volume.ParamPVCName]; ok {
+	vc := resp.Volume.VolumeContext
+	if _, ok := vc[volume.ParamPVCName]; ok {
 		t.Fatal("the sidecar's csi.storage.k8s.io keys must not reach the volume context")
 	}
-	_, claim, ours, err := volume.ParseContext(resp.Volume.VolumeContext)
-	if err != nil || !ours || claim.PVC.Name != "my claim" || claim.SC.Name != "fast" {
-		t.Fatalf("claim snapshot = %+v, %v", claim, err)
+	if vc[volume.KeyPV] != "pvc-uid-1" || len(vc) != 3 {
+		t.Fatalf("volume context %v: want the parameters, the capacity and the PV name, nothing else", vc)
 	}
-	got, _ := client.CoreV1().PersistentVolumeClaims("ns1").Get(context.Background(), "my claim", metav1.GetOptions{})
-	if !strings.Contains(got.Annotations[volume.AnnotationCreated], `"handle":"pvc-uid-1"`) {
-		t.Fatalf("PVC annotation = %q", got.Annotations[volume.AnnotationCreated])
+	v := c.volume("pvc-uid-1")
+	if v == nil || v.Name != "pvc-uid-1" || v.Spec.Claim != "ns1/my claim" || v.Spec.PVC.Name != "my claim" || v.Spec.SC.Name != "fast" ||
+		v.Spec.PVC.ManagedFields != nil || v.Spec.DefaultHandle != "pvc-uid-1" || v.Spec.RequestedAccessModes[0] != corev1.ReadWriteOncePod {
+		t.Fatalf("record %+v", v)
 	}
-	// A new driver process (no memory) answers the retry from the annotation.
-	s2 := &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Client: client}
-	if _, err := s2.CreateVolume(context.Background(), req); err != nil {
+	// pav never writes PVCs (or PVs).
+	for _, a := range c.client.(*fake.Clientset).Actions() {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("wrote to the API: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	// The claim and its class go; a new driver process deletes the volume
+	// with the context creation had.
+	_ = c.client.CoreV1().PersistentVolumeClaims("ns1").Delete(context.Background(), "my claim", metav1.DeleteOptions{})
+	_ = c.client.StorageV1().StorageClasses().Delete(context.Background(), "fast", metav1.DeleteOptions{})
+	if _, err := c.server(p, runner).DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: resp.Volume.VolumeId}); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(runner.phases()); n != 1 {
-		t.Fatalf("creation ran %d times across a restart, want once", n)
+	if got, want := runner.command(v1alpha1.PhaseDeletion), "echo 'my claim' fast pvc-uid-1 1048576 blue"; got != want {
+		t.Fatalf("deletion pod command = %q, want %q", got, want)
+	}
+	if len(c.volumes()) != 0 || runner.live() != 0 {
+		t.Fatalf("left: %d records, %d pods", len(c.volumes()), runner.live())
 	}
 }
 
-// pvs is a pvindex.Lookup over a fixed list.
-type pvs []*corev1.PersistentVolume
-
-func (l pvs) ByHandle(h string) (*corev1.PersistentVolume, error) {
-	for _, pv := range l {
-		if pv.Spec.CSI != nil && pv.Spec.CSI.VolumeHandle == h {
-			return pv, nil
-		}
+// TestForgedRecordIgnored is finding 1: a tenant annotates its PVC (of a
+// WaitForFirstConsumer class, before its consumer exists) with a record of the
+// volume it wants, naming its own volume name and the victim's handle. pav
+// takes no record from a PVC: the claim gets its own new volume.
+func TestForgedRecordIgnored(t *testing.T) {
+	pvc, sc := claimObjects()
+	pvc.Annotations = map[string]string{v1alpha1.GroupName + "/created-volume": `{"name":"pvc-uid-1","handle":"victim-handle","capacity":1048576}`}
+	c := newCluster(t, pvc, sc)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Mi"})}}
+	resp, err := c.server(prov(t, claimSpec), runner).CreateVolume(context.Background(), claimReq(pvc))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nil, nil
+	if resp.Volume.VolumeId != "pvc-uid-1" || strings.Join(runner.phases(), " ") != "creation" {
+		t.Fatalf("volume %q, pods %v: want a new volume of its own", resp.Volume.VolumeId, runner.phases())
+	}
+}
+
+// TestClaimGone: a claim deleted before its volume is recorded fails finally
+// (nothing was made); once recorded, the snapshot is used and creation
+// finishes (finding 3), whatever happens to the claim.
+func TestClaimGone(t *testing.T) {
+	p := prov(t, claimSpec)
+	pvc, sc := claimObjects()
+	c := newCluster(t, sc)
+	runner := &fakeRunner{}
+	_, err := c.server(p, runner).CreateVolume(context.Background(), claimReq(pvc))
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "PersistentVolumeClaim ns1/my claim no longer exists") {
+		t.Fatalf("error %v", err)
+	}
+	if len(c.volumes()) != 0 || len(runner.ops) != 0 {
+		t.Fatal("something was made for a claim that is gone")
+	}
+
+	c = newCluster(t, pvc, sc)
+	runner = &fakeRunner{answers: answers{v1alpha1.PhaseCreation: func(podrunner.Operation) (*podrunner.Result, error) { return nil, context.DeadlineExceeded }}}
+	if _, err := c.server(p, runner).CreateVolume(context.Background(), claimReq(pvc)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("first call: %v", err)
+	}
+	_ = c.client.CoreV1().PersistentVolumeClaims("ns1").Delete(context.Background(), "my claim", metav1.DeleteOptions{})
+	runner.answers = answers{v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Mi"})}
+	resp, err := c.server(p, runner).CreateVolume(context.Background(), claimReq(pvc))
+	if err != nil || resp.Volume.VolumeId != "pvc-uid-1" {
+		t.Fatalf("retry after the claim went: %v, %v", resp, err)
+	}
+	if runner.created != 1 {
+		t.Fatalf("%d creation pods, want 1", runner.created)
+	}
+}
+
+// TestRestartBetweenPodAndRecord is finding 2: the creation pod finished but
+// the record of its outcome could not be written (the API server failed; a
+// crash is the same). The pod stays, and the retry reads its result again:
+// creation runs once.
+func TestRestartBetweenPodAndRecord(t *testing.T) {
+	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
+	c := newCluster(t)
+	failed := false
+	c.records.PrependReactor("update", v1alpha1.VolumeResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if phase, _, _ := unstructuredPhase(a); phase == string(v1alpha1.VolumeCreated) && !failed {
+			failed = true
+			return true, nil, apierrors.NewServiceUnavailable("etcd leader changed")
+		}
+		return false, nil, nil
+	})
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(map[string]string{"handle": "h", "capacity": "1Gi"})}}
+	if _, err := c.server(p, runner).CreateVolume(context.Background(), createReq("v1", 1, 0)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("first call: %v, want Unavailable", err)
+	}
+	if runner.live() != 1 {
+		t.Fatal("the finished pod was removed before its outcome was recorded")
+	}
+	resp, err := c.server(p, runner).CreateVolume(context.Background(), createReq("v1", 1, 0))
+	if err != nil || resp.Volume.VolumeId != "h" {
+		t.Fatalf("retry: %v, %v", resp, err)
+	}
+	if runner.created != 1 || runner.live() != 0 {
+		t.Fatalf("%d creation pods created, %d left; want 1, 0", runner.created, runner.live())
+	}
+	last := runner.ops[len(runner.ops)-1]
+	if last.UID == "" {
+		t.Error("the retry did not adopt the pod by its recorded UID")
+	}
+}
+
+func unstructuredPhase(a k8stesting.Action) (string, bool, error) {
+	u, ok := a.(k8stesting.UpdateAction).GetObject().(interface{ UnstructuredContent() map[string]any })
+	if !ok {
+		return "", false, nil
+	}
+	st, _ := u.UnstructuredContent()["status"].(map[string]any)
+	ph, _ := st["phase"].(string)
+	return ph, true, nil
+}
+
+// TestRevertRetried: the deletion pod that reverts a failed creation fails
+// too: non-final (ABORTED), the record stays Reverting, and the retry (even
+// with the claim gone) runs a new deletion pod; once it succeeds the caller
+// gets the creation's failure, final, and nothing is left.
+func TestRevertRetried(t *testing.T) {
+	p := prov(t, claimSpec)
+	pvc, sc := claimObjects()
+	c := newCluster(t, pvc, sc)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: podFails("quota exceeded"), v1alpha1.PhaseDeletion: podFails("backend down")}}
+	if _, err := c.server(p, runner).CreateVolume(context.Background(), claimReq(pvc)); status.Code(err) != codes.Aborted {
+		t.Fatalf("first call: %v", err)
+	}
+	if v := c.volume("pvc-uid-1"); v == nil || v.Status.Phase != v1alpha1.VolumeReverting || v.Status.Reason != v1alpha1.ReasonCreationFailed ||
+		!strings.Contains(v.Status.Message, "quota exceeded") {
+		t.Fatalf("record %+v", v)
+	}
+	_ = c.client.CoreV1().PersistentVolumeClaims("ns1").Delete(context.Background(), "my claim", metav1.DeleteOptions{})
+	runner.answers[v1alpha1.PhaseDeletion] = nil
+	_, err := c.server(p, runner).CreateVolume(context.Background(), claimReq(pvc))
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "quota exceeded") {
+		t.Fatalf("retry: %v, want the creation's failure", err)
+	}
+	if got := strings.Join(runner.phases(), " "); got != "creation deletion deletion" {
+		t.Fatalf("pods %q", got)
+	}
+	if len(c.volumes()) != 0 || runner.live() != 0 {
+		t.Fatalf("left: %d records, %d pods", len(c.volumes()), runner.live())
+	}
+}
+
+// TestHandleCollision: a creation pod that reports another volume's handle
+// gets no record and no deletion pod (it would delete the other volume).
+func TestHandleCollision(t *testing.T) {
+	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeDeletion: "+fmt.Sprintf(pod, "rm")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
+	c := newCluster(t)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(map[string]string{"handle": "shared", "capacity": "1Gi"})}}
+	s := c.server(p, runner)
+	if _, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.CreateVolume(context.Background(), createReq("v2", 1, 0))
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `handle "shared" is already the handle of volume v1`) {
+		t.Fatalf("error %v", err)
+	}
+	if got := strings.Join(runner.phases(), " "); got != "creation creation" {
+		t.Fatalf("pods %q: no deletion pod may run", got)
+	}
+	if vs := c.volumes(); len(vs) != 1 || vs[0].Spec.VolumeName != "v1" || runner.live() != 0 {
+		t.Fatalf("records %d, pods %d", len(vs), runner.live())
+	}
+}
+
+// TestPodLost: a pod deleted by someone else before it finished (ABORTED):
+// the record keeps it as Lost and the retry runs the phase in a new pod with a
+// new token.
+func TestPodLost(t *testing.T) {
+	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
+	c := newCluster(t)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: func(podrunner.Operation) (*podrunner.Result, error) { return nil, context.DeadlineExceeded }}}
+	s := c.server(p, runner)
+	if _, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatal(err)
+	}
+	runner.mu.Lock()
+	runner.pods = map[string]fakePod{} // someone deletes it
+	runner.mu.Unlock()
+	if _, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0)); status.Code(err) != codes.Aborted {
+		t.Fatalf("pod lost: %v, want Aborted", err)
+	}
+	v := c.volume("v1")
+	if n := len(v.Status.Pods); n != 2 || v.Status.Pods[0].Outcome != v1alpha1.PodLost || v.Status.Pods[1].Outcome != v1alpha1.PodRunning ||
+		v.Status.Pods[0].Token == v.Status.Pods[1].Token {
+		t.Fatalf("pods recorded %+v", v.Status.Pods)
+	}
+	runner.answers[v1alpha1.PhaseCreation] = files(map[string]string{"capacity": "1Gi"})
+	if _, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if runner.created != 2 {
+		t.Fatalf("%d pods created, want 2", runner.created)
+	}
+}
+
+// TestForeignPod: a pod pav did not create holds the creation pod's name.
+// Nothing of pav's ran: the record goes, the error is final and names the pod;
+// once the pod is gone the volume is made.
+func TestForeignPod(t *testing.T) {
+	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
+	c := newCluster(t)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Gi"})}}
+	name := podrunner.PodName(p.Name, v1alpha1.PhaseCreation, "v1")
+	runner.pods = map[string]fakePod{name: {uid: "tenant's", token: "a guess", done: true, result: &podrunner.Result{Files: map[string]string{"handle": "victim"}}}}
+	s := c.server(p, runner)
+	_, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0))
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), name) {
+		t.Fatalf("error %v", err)
+	}
+	if len(c.volumes()) != 0 {
+		t.Fatal("record left")
+	}
+	runner.mu.Lock()
+	delete(runner.pods, name) // the tenant deletes it
+	runner.mu.Unlock()
+	resp, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0))
+	if err != nil || resp.Volume.VolumeId != "v1" {
+		t.Fatalf("after the pod went: %v, %v", resp, err)
+	}
 }
 
 func TestDeleteVolume(t *testing.T) {
-	claimJSON := `{"pvc":{"metadata":{"name":"c1","namespace":"ns"}},"requestedVolumeMode":"Filesystem","requestedAccessModes":["ReadWriteOnce"],"requestedMinCapacity":1,"defaultHandle":"pvc-u1"}`
-	mkPV := func(name, handle string, policy corev1.PersistentVolumeReclaimPolicy, attrs map[string]string) *corev1.PersistentVolume {
-		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
-			PersistentVolumeReclaimPolicy: policy,
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "test", VolumeHandle: handle, VolumeAttributes: attrs}}}}
-	}
-	index := pvs{
-		mkPV("pv1", "h1", corev1.PersistentVolumeReclaimDelete, map[string]string{"color": "red", volume.KeyCapacity: "1", volume.KeyClaim: claimJSON}),
-		mkPV("pv2", "h2", corev1.PersistentVolumeReclaimRetain, map[string]string{volume.KeyCapacity: "1"}),
-		mkPV("pv3", "static", corev1.PersistentVolumeReclaimDelete, map[string]string{"user": "attr"}),
-	}
-	spec := "  provisioningModes: [Dynamic, Static]\n  volumeCreation: {capacity: 1}\n  volumeDeletion:\n    podTemplate: {spec: {containers: [{name: c, image: b, command: [rm, \"{{ handle }}\", \"{{ capacity }}\", \"{{ params.color }}\", \"{{ pvc.metadata.name }}\", \"{{ defaultHandle }}\"]}]}}\n  volumeStaging: " + fmt.Sprintf(pod, "true") + "\n"
+	spec := "  provisioningModes: [Dynamic, Static]\n  volumeCreation: " + fmt.Sprintf(pod, "true") + "\n  volumeDeletion:\n    podTemplate: {spec: {containers: [{name: c, image: b, command: [rm, \"{{ handle }}\", \"{{ capacity }}\", \"{{ params.color }}\", \"{{ defaultHandle }}\"]}]}}\n  volumeStaging: " + fmt.Sprintf(pod, "true") + "\n"
+	p := prov(t, spec)
 	for _, tc := range []struct {
 		name, handle, wantCmd, wantMsg string
 		fail                           bool
 		wantCode                       codes.Code
 	}{
-		{name: "dynamic volume: handle, capacity, params and claim in the context", handle: "h1", wantCmd: "rm h1 2147483648 red c1 pvc-u1"},
-		{name: "unknown volume is OK without a pod", handle: "nope"},
-		{name: "static volume is not ours to delete", handle: "static"},
-		{name: "Retain is never deleted", handle: "h2", wantCode: codes.FailedPrecondition, wantMsg: "reclaim policy Retain"},
-		{name: "deletion pod fails", handle: "h1", fail: true, wantCode: codes.Internal, wantMsg: "volume deletion failed"},
+		{name: "created volume: handle, capacity, params and default handle in the context, after a restart", handle: "h1", wantCmd: "rm h1 2147483648 blue v1"},
+		{name: "unknown or static volume is OK without a pod", handle: "nope"},
+		{name: "deletion pod fails: final, the record stays Deleting", handle: "h1", fail: true, wantCode: codes.Internal, wantMsg: "volume deletion failed"},
 		{name: "missing id", handle: "", wantCode: codes.InvalidArgument, wantMsg: "volume id is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runner := &fakeRunner{}
-			if tc.fail {
-				runner.answers = map[v1alpha1.Phase]func(podrunner.Operation) (*podrunner.Result, error){v1alpha1.PhaseDeletion: podFails("backend down")}
+			c := newCluster(t)
+			runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(map[string]string{"handle": "h1", "capacity": "2Gi"})}}
+			if _, err := c.server(p, runner).CreateVolume(context.Background(), createReq("v1", 1, 0)); err != nil {
+				t.Fatal(err)
 			}
-			s := &Server{Source: provisioner.Static{P: prov(t, spec)}, Eval: phase.NewEvaluator(nil), Pods: runner, PVs: index}
+			if tc.fail {
+				runner.answers[v1alpha1.PhaseDeletion] = podFails("backend down")
+			}
+			s := c.server(p, runner) // a restarted driver
 			_, err := s.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: tc.handle})
 			if status.Code(err) != tc.wantCode || tc.wantMsg != "" && !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("error = %v, want %v %q", err, tc.wantCode, tc.wantMsg)
 			}
-			if got := runner.command(v1alpha1.PhaseDeletion); tc.wantCmd != "" && got != tc.wantCmd {
+			if got := runner.command(v1alpha1.PhaseDeletion); got != tc.wantCmd && !tc.fail {
 				t.Fatalf("deletion command = %q, want %q", got, tc.wantCmd)
 			}
-			if tc.wantCmd == "" && !tc.fail && len(runner.phases()) != 0 {
-				t.Fatalf("pods ran: %v", runner.phases())
+			if tc.fail {
+				v := c.volume("v1")
+				if v.Status.Phase != v1alpha1.VolumeDeleting || !strings.Contains(v.Status.Message, "backend down") || runner.live() != 0 {
+					t.Fatalf("record %+v, %d pods", v.Status, runner.live())
+				}
+				// external-provisioner retries: a new deletion pod, then the record goes.
+				runner.answers[v1alpha1.PhaseDeletion] = nil
+				if _, err := s.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: tc.handle}); err != nil {
+					t.Fatal(err)
+				}
+				if got := strings.Join(runner.phases(), " "); got != "creation deletion deletion" {
+					t.Fatalf("pods %q", got)
+				}
+			}
+			if tc.wantCmd != "" || tc.fail {
+				if len(c.volumes()) != 0 || runner.live() != 0 {
+					t.Fatalf("left: %d records, %d pods", len(c.volumes()), runner.live())
+				}
 			}
 		})
 	}
 }
 
+func TestDeleteVolumeWhileCreating(t *testing.T) {
+	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: {handle: h1, capacity: 1Gi}\n  volumeValidation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
+	c := newCluster(t)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseValidation: func(podrunner.Operation) (*podrunner.Result, error) { return nil, context.DeadlineExceeded }}}
+	s := c.server(p, runner)
+	if _, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatal(err)
+	}
+	// No handle is known while validating: a DeleteVolume of the handle to be
+	// finds no record, as CSI wants.
+	if _, err := s.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: "h1"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.volume("v1") == nil {
+		t.Fatal("the record of a volume being validated was deleted")
+	}
+}
+
 func TestValidateVolumeCapabilities(t *testing.T) {
 	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeValidation: {accessModes: [ReadWriteOnce]}\n  volumeCreation: {capacity: 1Gi}\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
-	s := &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: &fakeRunner{}}
+	s := newCluster(t).server(p, &fakeRunner{})
 	ctx := context.Background()
 	if _, err := s.CreateVolume(ctx, createReq("v1", 1, 0)); err != nil {
 		t.Fatal(err)
@@ -419,9 +841,38 @@ func TestValidateVolumeCapabilities(t *testing.T) {
 	}
 }
 
+// TestWritesPerVolume measures the API writes of one volume's life on the
+// controller side, with validation, creation and deletion pods: the record's
+// create, one update per transition and per pod UID, its delete; each pod's
+// create and delete.
+func TestWritesPerVolume(t *testing.T) {
+	pvc, sc := claimObjects()
+	c := newCluster(t, pvc, sc)
+	spec := strings.Replace(claimSpec, "  volumeValidation: {accessModes: [ReadWriteOncePod]}\n",
+		"  volumeValidation: {accessModes: [ReadWriteOncePod], podTemplate: {spec: {containers: [{name: v, image: busybox}]}}}\n", 1)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(map[string]string{"capacity": "1Mi"})}}
+	s := c.server(prov(t, spec), runner)
+	resp, err := s.CreateVolume(context.Background(), claimReq(pvc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	createWrites := recordstest.Writes(c.records)
+	if _, err := s.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: resp.Volume.VolumeId}); err != nil {
+		t.Fatal(err)
+	}
+	all := recordstest.Writes(c.records)
+	podWrites := runner.created + len(runner.deleted)
+	t.Logf("PavVolume writes: %d for CreateVolume, %d for DeleteVolume; pod writes: %d (3 creates, 3 deletes)", createWrites, all-createWrites, podWrites)
+	// create, validation UID, →Creating, creation UID, →Created;
+	// →Deleting, deletion UID, deletion Succeeded, delete.
+	if createWrites != 5 || all-createWrites != 4 || podWrites != 6 {
+		t.Errorf("writes: %d + %d records, %d pods; want 5 + 4, 6", createWrites, all-createWrites, podWrites)
+	}
+}
+
 // TestDriverRestartAdoptsCreationPod: external-provisioner's CreateVolume times
 // out while the creation pod runs, the driver restarts, and the retry finds and
-// finishes the same pod — one creation pod in all.
+// finishes the same pod — one creation pod in all — with the real pod runner.
 func TestDriverRestartAdoptsCreationPod(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -446,17 +897,21 @@ func TestDriverRestartAdoptsCreationPod(t *testing.T) {
 	}
 	defer func() { cancel(); kubelet.Wait() }()
 	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
+	c := &cluster{t: t, records: recordstest.NewClient(), client: client}
 	newServer := func() *Server {
 		r := podrunner.New(podrunner.Config{Client: client, Provisioner: p.Name, ReportImage: "pav:test"})
 		if err := r.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: r}
+		return c.server(p, r)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancelShort()
 	if _, err := newServer().CreateVolume(short, createReq("v1", 1, 0)); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("first call: %v, want DeadlineExceeded", err)
+	}
+	if v := c.volume("v1"); v == nil || v.Status.Pods[0].UID == "" {
+		t.Fatalf("the creation pod's UID is not recorded: %+v", v)
 	}
 	resp, err := newServer().CreateVolume(ctx, createReq("v1", 1, 0))
 	if err != nil {
@@ -469,5 +924,9 @@ func TestDriverRestartAdoptsCreationPod(t *testing.T) {
 	defer mu.Unlock()
 	if creations != 1 {
 		t.Fatalf("%d creation pods, want 1", creations)
+	}
+	pods, _ := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if len(pods.Items) != 0 {
+		t.Fatalf("%d pods left", len(pods.Items))
 	}
 }

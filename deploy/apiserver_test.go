@@ -59,8 +59,9 @@ import (
 // crdValidator validates custom resources of one CRD (first served version) the way
 // the apiserver does on create.
 type crdValidator struct {
-	structural *structuralschema.Structural
-	validate   func(ctx context.Context, obj runtime.Object) field.ErrorList
+	structural     *structuralschema.Structural
+	validate       func(ctx context.Context, obj runtime.Object) field.ErrorList
+	validateUpdate func(ctx context.Context, obj, old runtime.Object) field.ErrorList
 }
 
 // loadCRD parses a CRD manifest strictly and runs CRD admission on it. It returns
@@ -117,7 +118,7 @@ func loadCRD(manifest []byte) (*crdValidator, field.ErrorList, error) {
 	gvk := schema.GroupVersionKind{Group: internal.Spec.Group, Version: versionName, Kind: internal.Spec.Names.Kind}
 	strategy := customresource.NewStrategy(fixedTyper{gvk}, internal.Spec.Scope == apiextensionsinternal.NamespaceScoped,
 		gvk, schemaValidator, statusValidator, ss, status, nil, nil)
-	return &crdValidator{structural: ss, validate: strategy.Validate}, nil, nil
+	return &crdValidator{structural: ss, validate: strategy.Validate, validateUpdate: strategy.ValidateUpdate}, nil, nil
 }
 
 // decodeObject decodes a YAML (or JSON) object as the apiserver decodes a JSON
@@ -157,6 +158,20 @@ func (v *crdValidator) ValidateObject(m map[string]any) field.ErrorList {
 
 	// Create validation (customresource.customResourceStrategy.Validate).
 	return append(errs, v.validate(context.Background(), u)...)
+}
+
+// ValidateUpdate runs a decoded custom resource (modified) through decoding and
+// update validation against the stored old object (transition rules: oldSelf).
+func (v *crdValidator) ValidateUpdate(m, old map[string]any) field.ErrorList {
+	u := &unstructured.Unstructured{Object: m}
+	var errs field.ErrorList
+	for _, p := range structuralpruning.PruneWithOptions(u.Object, v.structural, true,
+		structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true}) {
+		errs = append(errs, field.Forbidden(field.NewPath(p), fmt.Sprintf("strict decoding error: unknown field %q", p)))
+	}
+	structuraldefaulting.PruneNonNullableNullsWithoutDefaults(u.Object, v.structural)
+	structuraldefaulting.Default(u.Object, v.structural)
+	return append(errs, v.validateUpdate(context.Background(), u, &unstructured.Unstructured{Object: old})...)
 }
 
 // fixedTyper is the runtime.ObjectTyper of a single kind.

@@ -1,6 +1,6 @@
 // Package deploy holds pav's Kubernetes manifests. The PavProvisioner CRD and its
-// companion ValidatingAdmissionPolicy are embedded here so that other packages and
-// tests can install or inspect them.
+// companion ValidatingAdmissionPolicy, and the PavVolume CRD, are embedded here so
+// that other packages and tests can install or inspect them.
 package deploy
 
 import _ "embed"
@@ -16,3 +16,9 @@ var CRDYAML []byte
 //
 //go:embed crd/pavprovisioners-policy.yaml
 var PolicyYAML []byte
+
+// VolumeCRDYAML is the PavVolume CustomResourceDefinition (crd/pavvolumes.yaml):
+// pav's record of each dynamically provisioned volume.
+//
+//go:embed crd/pavvolumes.yaml
+var VolumeCRDYAML []byte

@@ -10,6 +10,8 @@
 #   containerd containerd-shim-runc-v2 ctr
 #                                  containerd v2.4.2                  (hack/tools/containerd)
 #   etcd                           etcd v3.6.8                        (hack/tools/etcd)
+#   rclone                         rclone v1.76.0, the subset the object-bucket example uses
+#                                  (hack/tools/rclone: local and S3 backends, serve s3, mount)
 # All are static (CGO_ENABLED=0). Idempotent: a group is rebuilt only when one of its
 # binaries is missing or its stamp (hash of go.mod, go.sum, Go version and flags) changed;
 # --force (or FORCE=1) rebuilds everything. Builds run one after another under `nice -n 10`.
@@ -87,5 +89,8 @@ build containerd "$TOOLS/containerd" \
 
 build etcd "$TOOLS/etcd" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" "" \
   go.etcd.io/etcd/server/v3=etcd
+
+build rclone "$TOOLS/rclone" "-s -w -X github.com/rclone/rclone/fs.VersionSuffix=" "" \
+  .=rclone
 
 log "binaries in $BIN"

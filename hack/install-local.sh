@@ -40,7 +40,7 @@ done
 
 log "kubectl apply -k test/e2e/install"
 k apply -k "$ROOT/test/e2e/install" >/dev/null
-k wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io >/dev/null
+k wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io crd/pavvolumes.pav.albertofaria.github.io >/dev/null
 k -n pav rollout restart deployment/pav-manager >/dev/null
 k -n pav rollout status deployment/pav-manager --timeout=180s >/dev/null
 

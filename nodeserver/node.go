@@ -10,25 +10,57 @@
 // whose mount has references elsewhere (GetDeviceMountRefs) — the volume would
 // never be unstaged. Publishing straight from /pav/volume avoids that and one
 // mount per volume.
+//
+// # Staging verifies itself
+//
+// state.json (state.go) records, besides what unstaging needs, the node's boot
+// ID, the staging pod's identity and whether it keeps running, and what
+// /pav/volume resolved to (hostmount.Identity). Before a staged volume is
+// trusted (NodeStage, NodePublish, NodeGetVolumeStats) verify checks all
+// three: a reboot, a KeepRunning staging pod that ended, or a /pav/volume that
+// is a bare directory where a mount was, or a device node whose device was
+// detached or given to another volume, makes the staging stale. A stale
+// staging is cleaned up (the unstaging pod runs first, unless the node
+// rebooted) and staged afresh, in NodePublishVolume too, since kubelet does not
+// call NodeStage again for a volume its pods still use. The runner's pod events
+// tell at once when a KeepRunning staging pod ends (a Warning event on the
+// PVC); NodeGetVolumeStats reports the volume's condition.
+//
+// # Errors
+//
+// Every error goes through internal/grpcerr. kubelet never calls
+// NodeUnstageVolume after a final NodeStageVolume error, so NodeStage only
+// returns a final code once nothing of the staging is left on the node
+// (stageFailed).
+//
+// # API cost
+//
+// A staging reads the volume's PV (by the name in its volume context), its PVC
+// and this Node, and creates the staging pod (and removes it if it completes);
+// an unstaging reads nothing (the context is in state.json) and removes the
+// staging pod, creates the unstaging pod and removes it. The only watch is the
+// runner's, on this node's pav pods of this provisioner: nothing the node
+// plugin holds or reads grows with the cluster (see lookup).
 package nodeserver
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -38,7 +70,6 @@ import (
 	"github.com/pods-as-volumes/pav/internal/inflight"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
-	"github.com/pods-as-volumes/pav/internal/pvindex"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -47,6 +78,9 @@ import (
 type PodRunner interface {
 	Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error)
 	Delete(ctx context.Context, op podrunner.Operation) error
+	Namespace(op podrunner.Operation) string
+	// Cached is the runner's informer cache of this node's pav pods.
+	Cached(namespace, name string) (*corev1.Pod, error)
 }
 
 // Server implements csi.NodeServer.
@@ -59,26 +93,64 @@ type Server struct {
 	Eval     *phase.Evaluator
 	Pods     PodRunner
 	Client   kubernetes.Interface // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
-	PVs      pvindex.Lookup       // nil without Kubernetes
+	// Recorder gets the events about volumes (on their PVC); nil = logs only.
+	Recorder record.EventRecorder
+	// BootID is the node's boot ID; "" = the kernel's (tests simulate a reboot
+	// by changing it).
+	BootID string
 
-	busy inflight.Set
+	busy     inflight.Set
+	bootOnce sync.Once
+	bootErr  error
 }
 
-// staged is what NodeStageVolume leaves for NodeUnstageVolume, which gets
-// neither the volume context nor the capability.
-type staged struct {
-	Handle     string                              `json:"handle"`
-	VolumeMode corev1.PersistentVolumeMode         `json:"volumeMode"`
-	Access     []corev1.PersistentVolumeAccessMode `json:"accessModes"`
-	Capacity   int64                               `json:"capacity"`
-	Params     map[string]string                   `json:"params"`
-	ReadOnly   bool                                `json:"readOnly"`
-	PV         string                              `json:"pv,omitempty"`
-	StagedAt   string                              `json:"stagingTargetPath"`
-	// PodNamespace is where the staging pod runs (the template decides).
-	PodNamespace string `json:"podNamespace"`
-	// Staged: the staging pod is done (or ready) and /pav/volume checked out.
-	Staged bool `json:"staged"`
+// runPod runs op's pod under the identity recorded in *slot, recording a fresh
+// one in state.json first if there is none, and the pod's UID as soon as it is
+// known. A pod deleted before it finished has its identity dropped, so that
+// the retry runs a new pod with a new token.
+func (s *Server) runPod(ctx context.Context, dir string, st *staged, slot **podID, op podrunner.Operation) (*podrunner.Result, error) {
+	if *slot == nil {
+		*slot = &podID{Namespace: s.Pods.Namespace(op), Name: op.PodName(), Token: podrunner.NewToken()}
+		if err := os.MkdirAll(filepath.Join(dir, "pav"), 0o750); err != nil {
+			return nil, err
+		}
+		if err := writeState(dir, st); err != nil {
+			return nil, err
+		}
+	}
+	id := *slot
+	op = withID(op, id)
+	op.Created = func(_ context.Context, uid types.UID) error {
+		id.UID = uid
+		if op.Phase == v1alpha1.PhaseStaging {
+			st.Began = true
+		}
+		return writeState(dir, st)
+	}
+	res, err := s.Pods.Run(ctx, op)
+	if errors.Is(err, podrunner.ErrPodDeleted) {
+		*slot = nil
+		if werr := writeState(dir, st); werr != nil {
+			return nil, fmt.Errorf("%w (and recording it: %v)", err, werr)
+		}
+	}
+	return res, err
+}
+
+// removePod deletes the pod recorded in *slot (never a pod pav did not
+// create) and then drops its identity.
+func (s *Server) removePod(ctx context.Context, dir string, st *staged, slot **podID, op podrunner.Operation) error {
+	if *slot == nil {
+		return nil
+	}
+	if err := s.Pods.Delete(ctx, withID(op, *slot)); err != nil {
+		return fmt.Errorf("removing the %s pod %s: %w", op.Phase, *slot, err)
+	}
+	*slot = nil
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		return nil
+	}
+	return writeState(dir, st)
 }
 
 const podVolume = podrunner.MountPath + "/volume"
@@ -124,16 +196,30 @@ func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 	for _, c := range []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		capVolumeCondition,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
 	} {
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
 	}
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
+// capVolumeCondition is VOLUME_CONDITION (4), the capability by which kubelet
+// (up to 1.36 at least, which speaks CSI 1.9) knows to read the volume
+// condition that NodeGetVolumeStats returns. CSI 1.13, which pav compiles
+// against, removed it (and reserved the response's field 2) in favour of
+// GET_VOLUME_HEALTH and NodeGetVolumeHealth, which no kubelet calls yet: pav
+// speaks both.
+const capVolumeCondition = csi.NodeServiceCapability_RPC_Type(4)
+
 // NodeGetVolumeStats reports a published volume's usage, so that kubelet's
-// kubelet_volume_stats_* metrics cover pav volumes: bytes and inodes of a file
-// system, the size of a block device.
-func (s *Server) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+// kubelet_volume_stats_* metrics cover pav volumes (bytes and inodes of a
+// file system, the size of a block device), and its condition: abnormal, with
+// the reason, when its staging no longer holds on this node (its KeepRunning
+// staging pod ended, the node rebooted, /pav/volume is no longer what staging
+// made), so that kubelet with the CSIVolumeHealth feature gate puts a
+// VolumeConditionAbnormal event on the pods using it.
+func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
@@ -151,25 +237,96 @@ func (s *Server) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeSta
 	} else if !mounted {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s", req.GetVolumeId(), req.GetVolumePath())
 	}
+	why, err := s.healthOf(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	resp := &csi.NodeGetVolumeStatsResponse{}
 	if !fi.IsDir() {
 		size, err := hostmount.BlockSize(req.GetVolumePath())
-		if err != nil {
+		if err == nil {
+			resp.Usage = []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}
+		} else if why == "" {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
-		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
-	}
-	u, err := hostmount.Usage(req.GetVolumePath())
-	if err != nil {
+	} else if u, err := hostmount.Usage(req.GetVolumePath()); err == nil {
+		resp.Usage = []*csi.VolumeUsage{
+			{Unit: csi.VolumeUsage_BYTES, Total: u.Bytes, Available: u.BytesFree, Used: u.Bytes - u.BytesFree},
+			{Unit: csi.VolumeUsage_INODES, Total: u.Inodes, Available: u.InodesFree, Used: u.Inodes - u.InodesFree},
+		}
+	} else if why == "" {
+		// A dead FUSE daemon fails statfs: the condition says why.
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
-		{Unit: csi.VolumeUsage_BYTES, Total: u.Bytes, Available: u.BytesFree, Used: u.Bytes - u.BytesFree},
-		{Unit: csi.VolumeUsage_INODES, Total: u.Inodes, Available: u.InodesFree, Used: u.Inodes - u.InodesFree},
-	}}, nil
+	setVolumeCondition(resp, why != "", why)
+	return resp, nil
 }
 
-// NodeStageVolume makes the volume available at the staging path by running the
-// staging pod on this node.
+// setVolumeCondition puts a VolumeCondition {abnormal = 1; message = 2} in
+// field 2 of a NodeGetVolumeStatsResponse, as CSI 1.9 (which kubelet speaks)
+// defines it: CSI 1.13's Go types no longer have the field, so it goes in as
+// wire bytes, which kubelet decodes as the field it knows.
+func setVolumeCondition(resp *csi.NodeGetVolumeStatsResponse, abnormal bool, message string) {
+	var cond []byte
+	cond = protowire.AppendTag(cond, 1, protowire.VarintType)
+	cond = protowire.AppendVarint(cond, protowire.EncodeBool(abnormal))
+	if message != "" {
+		cond = protowire.AppendTag(cond, 2, protowire.BytesType)
+		cond = protowire.AppendString(cond, message)
+	}
+	var field []byte
+	field = protowire.AppendTag(field, 2, protowire.BytesType)
+	field = protowire.AppendBytes(field, cond)
+	resp.ProtoReflect().SetUnknown(field)
+}
+
+// NodeGetVolumeHealth (CSI 1.13) reports what NodeGetVolumeStats' condition
+// says: INACCESSIBLE from this node, with the reason, when the volume's
+// staging no longer holds here.
+func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	why, err := s.healthOf(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	h := &csi.VolumeHealth{VolumeId: req.GetVolumeId()}
+	if why != "" {
+		h.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "StagingLost", Message: why,
+		}}
+	}
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: h}, nil
+}
+
+// stageRequest is what staging a volume needs, from NodeStageVolume or, to
+// stage a lost staging again, from NodePublishVolume.
+type stageRequest struct {
+	handle, target string
+	mode           corev1.PersistentVolumeMode
+	access         corev1.PersistentVolumeAccessMode
+	readOnly       bool
+	volumeContext  map[string]string
+}
+
+func newStageRequest(handle, target string, c *csi.VolumeCapability, vc map[string]string) (stageRequest, error) {
+	r := stageRequest{handle: handle, target: target, volumeContext: vc, readOnly: csimode.IsReadOnly(c)}
+	var err error
+	if r.mode, err = csimode.VolumeMode(c); err != nil {
+		return r, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if r.access, err = csimode.KubeAccessMode(c.GetAccessMode().GetMode()); err != nil {
+		return r, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return r, nil
+}
+
+// NodeStageVolume makes the volume available on this node by running the
+// staging pod with the volume's directory at /pav. A volume already staged is
+// checked first (verify): a staging that no longer holds (the node rebooted,
+// the KeepRunning staging pod ended, /pav/volume is not what staging made) is
+// cleaned up and staged afresh, never trusted because state.json says so.
 func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	handle, target := req.GetVolumeId(), req.GetStagingTargetPath()
 	switch {
@@ -178,13 +335,9 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
-	mode, err := csimode.VolumeMode(req.GetVolumeCapability())
+	r, err := newStageRequest(handle, target, req.GetVolumeCapability(), req.GetVolumeContext())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	accessMode, err := csimode.KubeAccessMode(req.GetVolumeCapability().GetAccessMode().GetMode())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	p, err := s.Source.Get(true)
 	if err != nil {
@@ -197,78 +350,205 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	defer release()
 
 	dir := s.volumeDir(handle)
-	if done, err := s.alreadyStaged(dir, target, mode); done || err != nil {
-		return &csi.NodeStageVolumeResponse{}, err
+	// A request that contradicts the staging in place is refused as it is,
+	// finally: it made nothing.
+	if st, err := readState(dir); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	} else if st != nil && st.Staged {
+		if st.StagedAt != target {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", handle, st.StagedAt)
+		}
+		if st.VolumeMode != r.mode {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is staged as a %s volume", handle, st.VolumeMode)
+		}
+	}
+	if err := s.stage(ctx, p, r); err != nil {
+		return nil, s.stageFailed(dir, err)
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageFailed is the gRPC error of a failed staging. kubelet never calls
+// NodeUnstageVolume after a final NodeStageVolume error (it then counts the
+// volume as not staged), so a final code is only returned once nothing is
+// left of the staging on this node; while anything is (the volume's directory
+// with the recorded pods), the error becomes ABORTED, which kubelet treats as
+// "uncertain": it retries NodeStage, and calls NodeUnstage when the pods go.
+func (s *Server) stageFailed(dir string, err error) error {
+	err = grpcerr.Status(err)
+	st, _ := status.FromError(err)
+	if !nonFinal(st.Code()) {
+		if _, serr := os.Stat(dir); serr == nil {
+			return status.Errorf(codes.Aborted, "%s (%s; pav keeps what this staging made on node %s until a retry succeeds or NodeUnstageVolume removes it)",
+				st.Message(), st.Code(), s.NodeID)
+		}
+	}
+	return err
+}
+
+// nonFinal are the codes after which kubelet keeps a staging "uncertain" (and
+// external-provisioner keeps retrying): CANCELED, DEADLINE_EXCEEDED,
+// UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED (see internal/grpcerr).
+func nonFinal(c codes.Code) bool {
+	switch c {
+	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// stage stages a volume on this node, or checks that its staging still
+// holds. The caller holds the volume's lock.
+func (s *Server) stage(ctx context.Context, p *v1alpha1.PavProvisioner, r stageRequest) error {
+	logger := klog.FromContext(ctx).WithValues("handle", r.handle)
+	dir := s.volumeDir(r.handle)
+	boot, err := s.boot()
+	if err != nil {
+		return err
+	}
+	prev, err := readState(dir)
+	if err != nil {
+		return err
+	}
+	restaged := ""
+	if prev != nil {
+		rebooted := prev.BootID != "" && prev.BootID != boot
+		switch {
+		case prev.Staged:
+			why, err := s.verify(dir, prev)
+			if err != nil {
+				return err
+			}
+			if why == "" {
+				return nil
+			}
+			s.eventf(prev, corev1.EventTypeWarning, ReasonStagingLost, "Volume %s must be staged again on node %s: %s", r.handle, s.NodeID, why)
+			if err := s.discard(ctx, p, prev, dir, rebooted); err != nil {
+				return err
+			}
+			prev, restaged = nil, why
+		case rebooted:
+			// A staging (or unstaging) under way when the node went down:
+			// whatever its pods did is gone with the boot.
+			logger.Info("The node rebooted during the volume's staging; starting over", "stagedUnder", prev.BootID)
+			if err := s.discard(ctx, p, prev, dir, rebooted); err != nil {
+				return err
+			}
+			prev = nil
+		}
 	}
 
-	st := &staged{Handle: handle, VolumeMode: mode, Access: []corev1.PersistentVolumeAccessMode{accessMode},
-		Params: volume.UserParams(req.GetVolumeContext()), StagedAt: target,
-		ReadOnly: csimode.IsReadOnly(req.GetVolumeCapability())}
-	capacity, _, dynamic, err := volume.ParseContext(req.GetVolumeContext())
+	st := &staged{Handle: r.handle, VolumeMode: r.mode, Access: []corev1.PersistentVolumeAccessMode{r.access},
+		Params: volume.UserParams(r.volumeContext), StagedAt: r.target, ReadOnly: r.readOnly, BootID: boot}
+	if prev != nil && prev.Unstaging {
+		// An unstaging was under way (the revert of a failed staging, the
+		// clean-up of a lost one): finish it before staging again.
+		if err := s.discard(ctx, p, prev, dir, prev.BootID != "" && prev.BootID != boot); err != nil {
+			return err
+		}
+		prev = nil
+	}
+	if prev != nil {
+		// A retry of a staging that did not finish: its pods are the ones recorded.
+		st.ValidationPod, st.StagingPod, st.UnstagingPod, st.Began = prev.ValidationPod, prev.StagingPod, prev.UnstagingPod, prev.Began
+	}
+	capacity, dynamic, err := volume.ParseContext(r.volumeContext)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return grpcerr.WithCode(codes.InvalidArgument, err)
 	}
 	st.Capacity = capacity
-	objs, err := s.objects(ctx, handle, st)
+	objs, err := s.lookup(ctx, p.Name, r.handle, r.volumeContext)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	st.apply(objs)
 	if !dynamic {
-		if err := s.validateStatic(ctx, p, st, objs); err != nil {
-			return nil, err
+		if err := s.validateStatic(ctx, p, st, objs, dir); err != nil {
+			return err
 		}
 	}
 	vars, err := phase.StagingVars(st.vars(), objs)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return err
 	}
 	cfg, err := s.Eval.Staging(ctx, p, vars)
 	if err != nil {
-		return nil, grpcerr.Status(err, codes.InvalidArgument)
+		return err
 	}
-	op := s.podOperation(p.Name, v1alpha1.PhaseStaging, handle, *cfg.PodTemplate)
-	// The state goes down before the pod starts: kubelet calls NodeUnstageVolume
-	// for a staging whose outcome it does not know (a timed-out call), and that
-	// call must find the pod (its namespace comes from the template) and the
-	// directory.
-	st.PodNamespace = op.Namespace()
-	if err := os.MkdirAll(filepath.Join(dir, "pav"), 0o750); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if err := writeState(dir, st); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if _, err := s.Pods.Run(ctx, op); err != nil {
-		var pf *podrunner.PodFailure
-		if errors.As(err, &pf) {
-			err = s.revertStaging(ctx, p, st, objs, dir, fmt.Errorf("volume staging failed: %w", err))
+	op := s.podOperation(p.Name, v1alpha1.PhaseStaging, r.handle, *cfg.PodTemplate)
+	// The state (with the staging pod's identity) goes down before the pod
+	// starts: kubelet calls NodeUnstageVolume for a staging whose outcome it
+	// does not know (a timed-out call), and that call must find the pod and
+	// the directory.
+	res, err := s.runPod(ctx, dir, st, &st.StagingPod, op)
+	switch {
+	case errors.Is(err, podrunner.ErrForeignPod):
+		// Our token never reached a pod: nothing of ours ran under it.
+		st.StagingPod = nil
+		return s.revertStaging(ctx, p, st, dir, err)
+	case err != nil:
+		if _, ok := podrunner.IsPodFailure(err); ok {
+			return s.revertStaging(ctx, p, st, dir, fmt.Errorf("volume staging failed: %w", err))
 		}
-		return nil, grpcerr.Status(err, codes.Internal)
+		return err
 	}
-	if _, err := checkVolume(dir, st); err != nil {
-		return nil, grpcerr.Status(s.revertStaging(ctx, p, st, objs, dir, err), codes.Internal)
+	src, err := checkVolume(dir, st)
+	if err == nil {
+		var id hostmount.Identity
+		if id, err = hostmount.Identify(src); err == nil {
+			st.Volume = &id
+		}
 	}
-	st.Staged = true
+	if err != nil {
+		return s.revertStaging(ctx, p, st, dir, grpcerr.WithCode(codes.Internal, err))
+	}
+	st.Staged, st.KeepRunning = true, res.Running
 	if err := writeState(dir, st); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return err
 	}
-	klog.V(2).InfoS("volume staged", "handle", handle, "stagingTargetPath", target, "mode", mode)
-	return &csi.NodeStageVolumeResponse{}, nil
+	if !res.Running {
+		// A staging pod that completed has nothing more to do; NodeUnstage
+		// would remove it anyway, by the identity recorded.
+		if err := s.removePod(ctx, dir, st, &st.StagingPod, op); err != nil {
+			logger.Error(err, "Could not remove the completed staging pod; unstaging will")
+		}
+	}
+	if restaged != "" {
+		s.eventf(st, corev1.EventTypeNormal, ReasonRestaged, "Volume %s staged again on node %s", r.handle, s.NodeID)
+	}
+	logger.V(2).Info("Volume staged", "stagingTargetPath", r.target, "mode", r.mode, "keepRunning", res.Running, "restaged", restaged != "")
+	return nil
 }
 
-// alreadyStaged makes a repeated NodeStageVolume succeed without a second pod.
-func (s *Server) alreadyStaged(dir, target string, mode corev1.PersistentVolumeMode) (bool, error) {
-	st, err := readState(dir)
-	if err != nil || st == nil || !st.Staged {
-		return false, err
+// discard removes a staging that no longer holds, so that the volume can be
+// staged afresh: its pods go (by recorded identity), the unstaging pod runs
+// to let the provider release what is left, unless the node rebooted since
+// (nothing the staging set up survives a reboot, and an unstaging script that
+// acts on device numbers saved before it could hit another volume's device),
+// and the directory is unmounted and cleared.
+func (s *Server) discard(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, dir string, rebooted bool) error {
+	if err := s.unstage(ctx, p, st, dir, !rebooted); err != nil {
+		return &grpcerr.RevertError{Cause: fmt.Errorf("the staging of volume %s on node %s no longer holds", st.Handle, s.NodeID),
+			Err: fmt.Errorf("cleaning it up before staging it again: %w", err)}
 	}
-	if st.StagedAt != target {
-		return false, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", st.Handle, st.StagedAt)
+	return nil
+}
+
+// apply fills st from the objects of the staging context and snapshots them.
+func (st *staged) apply(objs phase.Objects) {
+	if pv := objs.PV; pv != nil {
+		st.PV = pv.Name
+		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+			st.Capacity = q.Value()
+		}
+		if pv.Spec.CSI != nil && pv.Spec.CSI.ReadOnly {
+			st.ReadOnly = true
+		}
 	}
-	if st.VolumeMode != mode {
-		return false, status.Errorf(codes.AlreadyExists, "volume %s is staged as a %s volume", st.Handle, st.VolumeMode)
+	if objs.PVC != nil {
+		st.Access = objs.PVC.Spec.AccessModes
 	}
-	return true, nil
+	st.setObjects(objs)
 }
 
 // checkVolume resolves /pav/volume on the host and checks it is what the volume
@@ -301,45 +581,79 @@ func checkVolume(dir string, st *staged) (string, error) {
 	return src, nil
 }
 
-// revertStaging stops the staging pod, runs the unstaging pod on the same
-// directory, and returns cause (plus what failed in reverting).
-func (s *Server) revertStaging(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string, cause error) error {
-	if err := s.unstage(ctx, p, st, objs, dir); err != nil {
-		klog.ErrorS(err, "unstaging after a failed staging failed too", "handle", st.Handle)
-		return fmt.Errorf("%w; unstaging it failed too: %v", cause, err)
+// revertStaging undoes a failed staging (unstage) and returns cause, or, if
+// undoing it failed too, a RevertError: a non-final code, so that kubelet
+// calls NodeUnstageVolume (or NodeStage again) and the revert is retried.
+func (s *Server) revertStaging(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, dir string, cause error) error {
+	if err := s.unstage(ctx, p, st, dir, true); err != nil {
+		klog.FromContext(ctx).Error(err, "Unstaging after a failed staging failed too", "handle", st.Handle)
+		return &grpcerr.RevertError{Cause: cause, Err: fmt.Errorf("unstaging: %w", err)}
 	}
 	return cause
 }
 
-// unstage removes the staging pod, runs the unstaging pod (if any) on the same
-// /pav directory, and only then detaches leftover mounts and removes the
-// directory: a failed unstaging keeps the directory for the retry.
-func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string) error {
-	stagingOp := s.podOperation(p.Name, v1alpha1.PhaseStaging, st.Handle, corev1.PodTemplateSpec{})
-	stagingOp.Template.Namespace = st.PodNamespace
-	if err := s.Pods.Delete(ctx, stagingOp); err != nil {
-		return fmt.Errorf("removing the staging pod: %w", err)
-	}
-	vars, err := phase.StagingVars(st.vars(), objs)
-	if err != nil {
-		return err
-	}
-	cfg, err := s.Eval.Unstaging(ctx, p, vars)
-	if err != nil {
-		return err
-	}
-	if cfg.PodTemplate != nil {
-		if _, err := s.Pods.Run(ctx, s.podOperation(p.Name, v1alpha1.PhaseUnstaging, st.Handle, *cfg.PodTemplate)); err != nil {
-			return fmt.Errorf("volume unstaging failed: %w", err)
+// unstage removes the volume's pods on this node (by recorded identity),
+// runs the unstaging pod (if any, if a staging pod ever ran, and if
+// runUnstaging) on the same /pav directory, and only then detaches leftover
+// mounts and removes the directory. Every step is recorded as it finishes, so
+// a retry after a failure or a restart goes on where this one stopped; a
+// failed unstaging pod keeps the directory for the retry.
+func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, dir string, runUnstaging bool) error {
+	// A staging pod may have run if one was ever recorded.
+	began := st.Began || st.Staged || st.StagingPod != nil || st.UnstagingPod != nil
+	if !st.Unstaging {
+		// From here on the volume is not staged (its staging pod is going:
+		// that is no loss to report), and a retry must finish this first.
+		st.Staged, st.Unstaging, st.Began = false, true, began
+		if _, err := os.Stat(dir); err == nil {
+			if err := writeState(dir, st); err != nil {
+				return err
+			}
 		}
+	}
+	if err := s.removePod(ctx, dir, st, &st.ValidationPod, s.podOperation(p.Name, v1alpha1.PhaseValidation, st.Handle, corev1.PodTemplateSpec{})); err != nil {
+		return err
+	}
+	if err := s.removePod(ctx, dir, st, &st.StagingPod, s.podOperation(p.Name, v1alpha1.PhaseStaging, st.Handle, corev1.PodTemplateSpec{})); err != nil {
+		return err
+	}
+	if began && runUnstaging {
+		vars, err := phase.StagingVars(st.vars(), st.objects())
+		if err != nil {
+			return err
+		}
+		cfg, err := s.Eval.Unstaging(ctx, p, vars)
+		if err != nil {
+			return err
+		}
+		if cfg.PodTemplate != nil {
+			op := s.podOperation(p.Name, v1alpha1.PhaseUnstaging, st.Handle, *cfg.PodTemplate)
+			_, err := s.runPod(ctx, dir, st, &st.UnstagingPod, op)
+			if _, ok := podrunner.IsPodFailure(err); ok {
+				// The retry runs the unstaging pod again: remove this one.
+				if derr := s.removePod(ctx, dir, st, &st.UnstagingPod, op); derr != nil {
+					klog.FromContext(ctx).Error(derr, "Could not remove the failed unstaging pod", "handle", st.Handle)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("volume unstaging failed: %w", err)
+			}
+		}
+	}
+	// An unstaging pod that ran (or one recorded before a reboot).
+	if err := s.removePod(ctx, dir, st, &st.UnstagingPod, s.podOperation(p.Name, v1alpha1.PhaseUnstaging, st.Handle, corev1.PodTemplateSpec{})); err != nil {
+		return err
 	}
 	if err := hostmount.UnmountAll(dir); err != nil {
 		return err
 	}
-	return os.RemoveAll(dir)
+	// Never through a mount UnmountAll missed: it may be a backend.
+	return hostmount.RemoveAll(dir)
 }
 
-// NodeUnstageVolume undoes NodeStageVolume. An unknown volume is already unstaged.
+// NodeUnstageVolume undoes NodeStageVolume. An unknown volume is already
+// unstaged. It runs with the staging's recorded context (no API reads); after
+// a reboot it does not run the unstaging pod (see discard).
 func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	handle, target := req.GetVolumeId(), req.GetStagingTargetPath()
 	switch {
@@ -366,55 +680,70 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err != nil {
 		return nil, err
 	}
-	objs, err := s.objects(ctx, handle, st)
+	boot, err := s.boot()
 	if err != nil {
-		return nil, err
+		return nil, status.Error(codes.Internal, err.Error())
 	}
-	if err := s.unstage(ctx, p, st, objs, dir); err != nil {
-		return nil, grpcerr.Status(err, codes.Internal)
+	rebooted := st.BootID != "" && st.BootID != boot
+	if rebooted {
+		klog.FromContext(ctx).Info("The node rebooted since the volume was staged: not running the unstaging pod", "handle", handle)
 	}
-	klog.V(2).InfoS("volume unstaged", "handle", handle)
+	if err := s.unstage(ctx, p, st, dir, !rebooted); err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	klog.FromContext(ctx).V(2).Info("Volume unstaged", "handle", handle)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
 // NodePublishVolume bind-mounts the staged volume at the target path: a
-// directory for Filesystem volumes, a file for Block volumes.
+// directory for Filesystem volumes, a file for Block volumes. It verifies the
+// staging first, and stages the volume again in place if it no longer holds:
+// kubelet never calls NodeStageVolume again for a volume it believes staged
+// (a client pod still uses it), so this is where a new pod gets it back after
+// its staging pod died. It never publishes a bare directory or a device that
+// is not the volume's.
 func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	staging, target := req.GetStagingTargetPath(), req.GetTargetPath()
+	handle, staging, target := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetTargetPath()
 	switch {
-	case req.GetVolumeId() == "":
+	case handle == "":
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
 	case staging == "":
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required (pav stages volumes)")
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
-	mode, err := csimode.VolumeMode(req.GetVolumeCapability())
+	r, err := newStageRequest(handle, staging, req.GetVolumeCapability(), req.GetVolumeContext())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
-	dir := s.volumeDir(req.GetVolumeId())
+	dir := s.volumeDir(handle)
 	st, err := readState(dir)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	if st == nil || !st.Staged || st.StagedAt != staging {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
+	if st != nil && st.Staged {
+		if st.StagedAt != staging {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s but at %s", handle, staging, st.StagedAt)
+		}
+		if st.VolumeMode != r.mode {
+			return nil, status.Errorf(codes.InvalidArgument, "volume %s was staged as a %s volume", handle, st.VolumeMode)
+		}
 	}
-	if st.VolumeMode != mode {
-		return nil, status.Errorf(codes.InvalidArgument, "volume %s was staged as a %s volume", req.GetVolumeId(), st.VolumeMode)
-	}
-	// Resolved again: the staging pod may have replaced /pav/volume since.
-	src, err := checkVolume(dir, st)
+	src, why, err := s.published(handle, dir, st)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, grpcerr.Status(err)
+	}
+	if why != "" {
+		if src, err = s.restage(ctx, r, why); err != nil {
+			return nil, err
+		}
 	}
 	if mounted, err := hostmount.IsMountPoint(target); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	} else if mounted {
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
-	if mode == corev1.PersistentVolumeBlock {
+	if r.mode == corev1.PersistentVolumeBlock {
 		if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
@@ -429,6 +758,51 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// published is the host path to publish for a staged volume, or why its
+// staging does not hold.
+func (s *Server) published(handle, dir string, st *staged) (src, why string, err error) {
+	if st == nil || !st.Staged {
+		return "", fmt.Sprintf("volume %s is not staged on node %s", handle, s.NodeID), nil
+	}
+	if why, err = s.verify(dir, st); why != "" || err != nil {
+		return "", why, err
+	}
+	// Resolved again: the staging pod may have replaced /pav/volume since
+	// (verify checked it is still what staging made).
+	src, err = checkVolume(dir, st)
+	return src, "", err
+}
+
+// restage stages a volume again from NodePublishVolume, under its lock.
+func (s *Server) restage(ctx context.Context, r stageRequest, why string) (string, error) {
+	klog.FromContext(ctx).Info("Staging the volume again before publishing it", "handle", r.handle, "reason", why)
+	p, err := s.Source.Get(true)
+	if err != nil {
+		return "", err
+	}
+	release, ok := s.busy.TryAcquire(r.handle)
+	if !ok {
+		return "", status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", r.handle)
+	}
+	defer release()
+	dir := s.volumeDir(r.handle)
+	if err := s.stage(ctx, p, r); err != nil {
+		return "", s.stageFailed(dir, err)
+	}
+	st, err := readState(dir)
+	if err != nil {
+		return "", status.Error(codes.Internal, err.Error())
+	}
+	src, why, err := s.published(r.handle, dir, st)
+	switch {
+	case err != nil:
+		return "", grpcerr.Status(err)
+	case why != "":
+		return "", status.Errorf(codes.Aborted, "volume %s was staged again but does not hold: %s", r.handle, why)
+	}
+	return src, nil
 }
 
 // NodeUnpublishVolume unmounts and removes the target path.
@@ -448,53 +822,15 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
-// objects reads the PV (by handle), its bound PVC and this Node for the
-// templates, and fills what the volume context cannot give.
-func (s *Server) objects(ctx context.Context, handle string, st *staged) (phase.Objects, error) {
-	var objs phase.Objects
-	if s.Client == nil || s.PVs == nil {
-		return objs, nil
-	}
-	pv, err := s.PVs.ByHandle(handle)
-	if err != nil {
-		return objs, status.Error(codes.Internal, err.Error())
-	}
-	if pv != nil {
-		objs.PV = pv
-		st.PV = pv.Name
-		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
-			st.Capacity = q.Value()
-		}
-		if pv.Spec.CSI != nil && pv.Spec.CSI.ReadOnly {
-			st.ReadOnly = true
-		}
-		if ref := pv.Spec.ClaimRef; ref != nil {
-			pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-			switch {
-			case err == nil && pvc.UID == ref.UID:
-				objs.PVC = pvc
-				st.Access = pvc.Spec.AccessModes
-			case err != nil && !apierrors.IsNotFound(err):
-				return objs, grpcerr.Status(fmt.Errorf("reading PersistentVolumeClaim %s/%s: %w", ref.Namespace, ref.Name, err), codes.Unavailable)
-			}
-		}
-	}
-	node, err := s.Client.CoreV1().Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
-	if err != nil {
-		return objs, grpcerr.Status(fmt.Errorf("reading Node %s: %w", s.NodeID, err), codes.Unavailable)
-	}
-	objs.Node = node
-	return objs, nil
-}
-
 // validateStatic runs spec.volumeValidation for a statically provisioned PV
-// before its first staging (PaV documented this but never ran it).
-func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects) error {
+// before it is staged (PaV documented this but never ran it). A validation
+// that fails leaves nothing behind.
+func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, objs phase.Objects, dir string) error {
 	if !p.Spec.HasMode(v1alpha1.Static) {
 		return status.Errorf(codes.FailedPrecondition, "PavProvisioner %q does not allow static provisioning: add Static to spec.provisioningModes, or provision through a StorageClass", p.Name)
 	}
-	if objs.PV == nil && s.PVs != nil {
-		return status.Errorf(codes.NotFound, "no PersistentVolume of driver %s has volume handle %q", p.Name, st.Handle)
+	if objs.PV == nil && s.Client != nil {
+		return status.Errorf(codes.NotFound, "no pod on node %s uses a PersistentVolume of driver %s with volume handle %q", s.NodeID, p.Name, st.Handle)
 	}
 	capacity := st.Capacity
 	r := phase.Request{VolumeMode: st.VolumeMode, AccessModes: st.Access, MinCapacity: capacity, MaxCapacity: &capacity, Params: st.Params}
@@ -503,54 +839,31 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 	}
 	vars, err := phase.ValidationVars(r, phase.Objects{PV: objs.PV, PVC: objs.PVC}, st.Handle)
 	if err != nil {
-		return status.Error(codes.Internal, err.Error())
+		return err
 	}
 	cfg, err := s.Eval.Validation(ctx, p, vars)
 	if err != nil {
-		return grpcerr.Status(err, codes.InvalidArgument)
+		return err
 	}
 	if err := cfg.CheckRequest(r); err != nil {
-		return grpcerr.Status(err, codes.InvalidArgument)
+		return err
 	}
 	if cfg.PodTemplate == nil {
 		return nil
 	}
-	if _, err := s.Pods.Run(ctx, s.podOperation(p.Name, v1alpha1.PhaseValidation, st.Handle, *cfg.PodTemplate)); err != nil {
-		return grpcerr.Status(fmt.Errorf("static volume validation failed: %w", err), codes.InvalidArgument)
+	op := s.podOperation(p.Name, v1alpha1.PhaseValidation, st.Handle, *cfg.PodTemplate)
+	_, err = s.runPod(ctx, dir, st, &st.ValidationPod, op)
+	if _, failed := podrunner.IsPodFailure(err); err != nil && !failed {
+		return fmt.Errorf("static volume validation: %w", err)
+	}
+	// The outcome is in hand: the pod goes.
+	if derr := s.removePod(ctx, dir, st, &st.ValidationPod, op); derr != nil {
+		return derr
+	}
+	if err != nil {
+		return s.revertStaging(ctx, p, st, dir, fmt.Errorf("static volume validation failed: %w", err))
 	}
 	return nil
-}
-
-func (st *staged) vars() phase.Staged {
-	return phase.Staged{VolumeMode: st.VolumeMode, AccessModes: st.Access, Capacity: st.Capacity,
-		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly}
-}
-
-func writeState(dir string, st *staged) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "state.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "state.json"))
-}
-
-func readState(dir string) (*staged, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	st := &staged{}
-	if err := json.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("%s/state.json: %w", dir, err)
-	}
-	return st, nil
 }
 
 func touch(path string) error {

@@ -16,9 +16,11 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
@@ -40,9 +42,12 @@ type env struct {
 	kubelet *fakekubelet.Kubelet
 	srv     *Server
 	ctx     context.Context
+	events  *record.FakeRecorder
 
 	mu      sync.Mutex
 	creates map[string]int
+	actions map[v1alpha1.Phase]podAction
+	stop    context.CancelFunc // stops the current server's runner
 }
 
 type podAction struct {
@@ -56,8 +61,29 @@ func newEnv(t *testing.T, spec string, actions map[v1alpha1.Phase]podAction) *en
 		t.Skip("node server tests make real bind mounts and need root (CI runs as root)")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{t: t, dir: t.TempDir(), ctx: ctx, creates: map[string]int{}}
+	e := &env{t: t, dir: t.TempDir(), ctx: ctx, creates: map[string]int{}, events: record.NewFakeRecorder(1000)}
 	e.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	// The fake clientset ignores field selectors; the node plugin lists only
+	// its node's pods, and the tests check it reads nothing more.
+	e.client.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sel := a.(k8stesting.ListAction).GetListRestrictions().Fields
+		if sel == nil || sel.Empty() {
+			return false, nil, nil
+		}
+		obj, err := e.client.Tracker().List(corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		list := obj.(*corev1.PodList)
+		kept := list.Items[:0]
+		for _, p := range list.Items {
+			if sel.Matches(fields.Set{"spec.nodeName": p.Spec.NodeName}) {
+				kept = append(kept, p)
+			}
+		}
+		list.Items = kept
+		return true, list, nil
+	})
 	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
 		// Count pods that come into being; a create that meets an existing pod is
@@ -70,11 +96,15 @@ func newEnv(t *testing.T, spec string, actions map[v1alpha1.Phase]podAction) *en
 		e.mu.Unlock()
 		return false, nil, nil
 	})
+	e.actions = map[v1alpha1.Phase]podAction{}
+	for ph, a := range actions {
+		e.actions[ph] = a
+	}
 	behaviour := func(pod *corev1.Pod) fakekubelet.Outcome {
-		return actions[v1alpha1.Phase(pod.Labels[podrunner.LabelPhase])].outcome
+		return e.action(v1alpha1.Phase(pod.Labels[podrunner.LabelPhase])).outcome
 	}
 	onStart := func(pod *corev1.Pod, dir string) error {
-		if f := actions[v1alpha1.Phase(pod.Labels[podrunner.LabelPhase])].onStart; f != nil {
+		if f := e.action(v1alpha1.Phase(pod.Labels[podrunner.LabelPhase])).onStart; f != nil {
 			return f(dir)
 		}
 		return nil
@@ -99,14 +129,36 @@ func newEnv(t *testing.T, spec string, actions map[v1alpha1.Phase]podAction) *en
 	return e
 }
 
-// newServer is a fresh node plugin process (a driver restart) on the same cluster.
+// newServer is a fresh node plugin process (a driver restart) on the same
+// cluster; the previous one stops.
 func (e *env) newServer(p *v1alpha1.PavProvisioner) *Server {
+	if e.stop != nil {
+		e.stop()
+	}
+	ctx, stop := context.WithCancel(e.ctx)
+	e.stop = stop
 	runner := podrunner.New(podrunner.Config{Client: e.client, Provisioner: p.Name, NodeName: node, ReportImage: "pav:test", PodTimeout: 20 * time.Second})
-	if err := runner.Start(e.ctx); err != nil {
+	srv := &Server{NodeID: node, StateDir: filepath.Join(e.dir, "state"), Source: provisioner.Static{P: p},
+		Eval: phase.NewEvaluator(nil), Pods: runner, Client: e.client, Recorder: e.events}
+	srv.WatchStagingPods(runner)
+	if err := runner.Start(ctx); err != nil {
 		e.t.Fatal(err)
 	}
-	return &Server{NodeID: node, StateDir: filepath.Join(e.dir, "state"), Source: provisioner.Static{P: p},
-		Eval: phase.NewEvaluator(nil), Pods: runner}
+	srv.Sweep()
+	return srv
+}
+
+func (e *env) action(ph v1alpha1.Phase) podAction {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.actions[ph]
+}
+
+// setAction changes what the pods of a phase do from now on.
+func (e *env) setAction(ph v1alpha1.Phase, a podAction) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.actions[ph] = a
 }
 
 func (e *env) count(ph v1alpha1.Phase) int {
@@ -234,7 +286,7 @@ func TestStageFailures(t *testing.T) {
 		{name: "staging and unstaging pods fail", spec: stagingSpec + unstagingSpec,
 			staging:   podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "first"}}},
 			unstaging: podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "second"}}},
-			wantCode:  codes.Internal, wantMsg: "unstaging it failed too", wantUnstaging: 1},
+			wantCode:  codes.Aborted, wantMsg: "undoing it failed too, pav retries: unstaging", wantUnstaging: 1},
 		{name: "image pull failure fails fast", spec: stagingSpec,
 			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.ImagePullError, Reason: "ErrImagePull", Message: "not found"}},
 			wantCode: codes.Internal, wantMsg: "ErrImagePull"},
@@ -314,6 +366,10 @@ func TestStaticValidation(t *testing.T) {
 	e := newEnv(t, spec, map[v1alpha1.Phase]podAction{v1alpha1.PhaseStaging: {onStart: makeVolumeDir("x")}})
 	req := e.stageReq("static-1", false)
 	req.VolumeContext = map[string]string{}
+	if _, err := e.srv.NodeStageVolume(e.ctx, req); status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "no pod on node node-1 uses a PersistentVolume") {
+		t.Fatalf("a static volume no pod on the node uses: %v", err)
+	}
+	e.staticVolume("static-1", corev1.ReadWriteOnce, node)
 	if _, err := e.srv.NodeStageVolume(e.ctx, req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "access mode ReadWriteOnce is not supported") {
 		t.Fatalf("error = %v", err)
 	}

@@ -1,6 +1,9 @@
 package podrunner
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path"
@@ -9,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 )
@@ -18,8 +22,12 @@ import (
 // INVALID_ARGUMENT.
 var ErrInvalidOperation = errors.New("invalid pod operation")
 
-// DefaultNamespace is where a pod goes when its template names no namespace.
-const DefaultNamespace = "default"
+// DefaultNamespace is where a pod goes when its template names no namespace
+// and the Runner's Config.DefaultNamespace is empty. The driver sets
+// Config.DefaultNamespace to its own namespace (--pod-namespace), which tenants
+// cannot read or write: PaV's "default" was a namespace where anyone allowed to
+// create pods could pre-create, watch or exec into pav's pods.
+const DefaultNamespace = "pav"
 
 // reportMaxBytesEnv tells the report sidecar how large its termination message may
 // be (see reportBudget). It is an environment variable rather than a flag so that
@@ -45,12 +53,33 @@ type Operation struct {
 	HostPath string
 	// KeepRunning: the pod may create /pav/ready and keep running (staging).
 	KeepRunning bool
+
+	// Token is the pod's proof of origin: a fresh random value (NewToken) that
+	// the caller recorded where only pav can write BEFORE calling Run. The pod
+	// carries it in AnnotationToken, and a pod of the operation's name is
+	// adopted only if it carries this token (or has UID). Run requires it.
+	Token string
+	// UID is the UID of the operation's pod as the caller recorded it (after
+	// Created). Once set, only the pod with this UID is adopted, whatever its
+	// token: a token is readable by whoever can read the pod, a UID cannot be
+	// chosen by its creator. With UID set Run never creates a pod: the recorded
+	// pod being gone means its outcome is lost (ErrPodDeleted).
+	UID types.UID
+	// Created, if set, is called once the operation's pod exists and carries
+	// Token (pav created it, or adopted it by token), with its UID, so that the
+	// caller records the UID at once. Its error fails Run and leaves the pod
+	// for the retry, which adopts it by token.
+	Created func(ctx context.Context, uid types.UID) error
 }
 
-// Namespace is where the operation's pod lives.
-func (op *Operation) Namespace() string {
-	if op.Template.Namespace != "" {
+// Namespace is where the operation's pod lives: the template's
+// metadata.namespace, else defaultNamespace, else DefaultNamespace.
+func (op *Operation) Namespace(defaultNamespace string) string {
+	switch {
+	case op.Template.Namespace != "":
 		return op.Template.Namespace
+	case defaultNamespace != "":
+		return defaultNamespace
 	}
 	return DefaultNamespace
 }
@@ -58,6 +87,31 @@ func (op *Operation) Namespace() string {
 // PodName is the operation's deterministic pod name.
 func (op *Operation) PodName() string {
 	return PodName(op.Provisioner, op.Phase, op.VolumeKey)
+}
+
+// NewToken returns a fresh Operation.Token: 128 random bits in hex.
+func NewToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand.Read does not fail on Linux (getrandom); if it ever
+		// did, a predictable token would be worse than no pod.
+		panic(fmt.Sprintf("podrunner: no randomness for a pod token: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// validateIdentity checks what Run and Delete need to tell the operation's pod
+// from a pod someone else created under its name.
+func (op *Operation) validateIdentity(run bool) error {
+	switch {
+	case run && op.Token == "":
+		return fmt.Errorf("%w: no token: record podrunner.NewToken() for the operation before running its pod", ErrInvalidOperation)
+	case !run && op.Token == "" && op.UID == "":
+		return fmt.Errorf("%w: neither the token nor the UID of the pod to delete is known", ErrInvalidOperation)
+	case len(op.Token) > maxTokenLen:
+		return fmt.Errorf("%w: token of %d bytes (at most %d)", ErrInvalidOperation, len(op.Token), maxTokenLen)
+	}
+	return nil
 }
 
 func (op *Operation) validate() error {
@@ -79,8 +133,11 @@ func (op *Operation) validate() error {
 
 // BuildPod builds the pod an operation runs (see the package documentation and
 // pav-spec.md §4). It does not talk to the API server; the driver can use it to
-// check a template early. reportImage is the image holding the pav binary.
-func BuildPod(op Operation, reportImage string) (*corev1.Pod, error) {
+// check a template early. reportImage is the image holding the pav binary;
+// defaultNamespace is where the pod goes if its template names no namespace
+// (see Operation.Namespace). An empty op.Token leaves out AnnotationToken
+// (`pav render` shows pods without one; Run never submits one).
+func BuildPod(op Operation, reportImage, defaultNamespace string) (*corev1.Pod, error) {
 	if err := op.validate(); err != nil {
 		return nil, err
 	}
@@ -129,7 +186,7 @@ func BuildPod(op Operation, reportImage string) (*corev1.Pod, error) {
 			// Template name/generateName are ignored on purpose: the name must be
 			// deterministic so that a retry finds the same pod.
 			Name:        op.PodName(),
-			Namespace:   op.Namespace(),
+			Namespace:   op.Namespace(defaultNamespace),
 			Labels:      map[string]string{},
 			Annotations: map[string]string{},
 		},
@@ -150,6 +207,10 @@ func BuildPod(op Operation, reportImage string) (*corev1.Pod, error) {
 		pod.Spec.NodeName = op.NodeName
 	}
 	pod.Annotations[AnnotationVolumeKey] = op.VolumeKey
+	delete(pod.Annotations, AnnotationToken) // a template must not choose it
+	if op.Token != "" {
+		pod.Annotations[AnnotationToken] = op.Token
+	}
 
 	// Never restart, KeepRunning staging pods included: a staging pod whose
 	// container crashed has lost (or left half-made) the mount at /pav/volume that

@@ -132,8 +132,13 @@ func TestBuildPod(t *testing.T) {
 		Template: baseTemplate(), NodeName: "node-a", HostPath: "/var/lib/pav/hello/vol-1", KeepRunning: true,
 	}
 	creation := podrunner.Operation{
-		Provisioner: "hello", Phase: v1alpha1.PhaseCreation, VolumeKey: "pvc-1", Template: baseTemplate(),
+		Provisioner: "hello", Phase: v1alpha1.PhaseCreation, VolumeKey: "pvc-1", Template: baseTemplate(), Token: "t0k3n",
 	}
+	forgedToken := creation
+	forgedToken.Template = baseTemplate()
+	forgedToken.Template.Annotations = map[string]string{podrunner.AnnotationToken: "chosen-by-the-template"}
+	noToken := forgedToken
+	noToken.Token = ""
 	inNS := creation
 	inNS.Template = baseTemplate()
 	inNS.Template.Namespace = "storage"
@@ -150,8 +155,8 @@ func TestBuildPod(t *testing.T) {
 			if pod.GenerateName != "" {
 				t.Errorf("generateName %q kept", pod.GenerateName)
 			}
-			if pod.Namespace != "default" {
-				t.Errorf("namespace %q, want default", pod.Namespace)
+			if pod.Namespace != "pav-system" {
+				t.Errorf("namespace %q, want the runner's default, pav-system", pod.Namespace)
 			}
 			want := map[string]string{
 				"app":                      "mine",
@@ -167,7 +172,8 @@ func TestBuildPod(t *testing.T) {
 			if _, ok := pod.Labels[podrunner.LabelNode]; ok {
 				t.Error("node label on a controller pod")
 			}
-			if pod.Annotations["note"] != "kept" || pod.Annotations[podrunner.AnnotationVolumeKey] != "pvc-1" {
+			if pod.Annotations["note"] != "kept" || pod.Annotations[podrunner.AnnotationVolumeKey] != "pvc-1" ||
+				pod.Annotations[podrunner.AnnotationToken] != "t0k3n" {
 				t.Errorf("annotations %v", pod.Annotations)
 			}
 			if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
@@ -175,6 +181,16 @@ func TestBuildPod(t *testing.T) {
 			}
 			if pod.Spec.NodeName != "" {
 				t.Errorf("nodeName %q", pod.Spec.NodeName)
+			}
+		}},
+		{"the token is pav's, never the template's", forgedToken, func(t *testing.T, pod *corev1.Pod) {
+			if got := pod.Annotations[podrunner.AnnotationToken]; got != "t0k3n" {
+				t.Errorf("token annotation %q, want the operation's", got)
+			}
+		}},
+		{"no token (pav render): no token annotation, not even the template's", noToken, func(t *testing.T, pod *corev1.Pod) {
+			if got, ok := pod.Annotations[podrunner.AnnotationToken]; ok {
+				t.Errorf("token annotation %q", got)
 			}
 		}},
 		{"creation: emptyDir, mounts without propagation", creation, func(t *testing.T, pod *corev1.Pod) {
@@ -275,7 +291,7 @@ func TestBuildPod(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := c.op.Template.DeepCopy()
-			pod, err := podrunner.BuildPod(c.op, "registry/pav:1")
+			pod, err := podrunner.BuildPod(c.op, "registry/pav:1", "pav-system")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,7 +341,7 @@ func TestBuildPodRefuses(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := podrunner.BuildPod(c.op, c.image)
+			_, err := podrunner.BuildPod(c.op, c.image, "")
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Fatalf("err %v, want %q", err, c.wantErr)
 			}
@@ -342,7 +358,7 @@ func TestBuildPodReportBudget(t *testing.T) {
 		for i := range n {
 			tmpl.Spec.Containers = append(tmpl.Spec.Containers, corev1.Container{Name: "c" + strconv.Itoa(i), Image: "x"})
 		}
-		pod, err := podrunner.BuildPod(podrunner.Operation{Provisioner: "p", Phase: v1alpha1.PhaseValidation, VolumeKey: "k", Template: tmpl}, "img")
+		pod, err := podrunner.BuildPod(podrunner.Operation{Provisioner: "p", Phase: v1alpha1.PhaseValidation, VolumeKey: "k", Template: tmpl}, "img", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,24 +3,43 @@
 // the user's evaluated template, creates it under a deterministic name (or
 // adopts the one an earlier attempt left), waits for its outcome through a pod
 // informer, reads the files the pod left in /pav through a native "report"
-// sidecar, and cleans up. See pav-spec.md §4 for the pod contract.
+// sidecar, and removes it when the caller has recorded the outcome (Delete).
+// See pav-spec.md §4 for the pod contract.
 //
-// # One pod per operation
+// # One pod per operation, and only pav's own
 //
 // An Operation's (provisioner, phase, volume key) triple decides the pod name
 // (PodName), so a retry, a concurrent call or a restarted driver always meets
-// the same pod: creation returns AlreadyExists and the pod is adopted, but only
-// if its labels and its AnnotationVolumeKey say it is this operation's
-// (otherwise ErrForeignPod: PaV silently adopted pods across provisioners).
-// An adopted pod that already finished gives its result, never a re-run; one
-// being deleted before it finished is waited out, then replaced.
+// the same pod. Names are predictable, so anyone who may create pods in the
+// namespace could pre-create one; labels and annotations prove nothing. So
+// every pod carries AnnotationToken = Operation.Token, a random value the
+// caller recorded where only pav can write before asking for the pod, and
+// Operation.Created hands the caller the pod's UID to record as soon as the pod
+// exists. An existing pod of that name is adopted only if it has the recorded
+// UID, or, while no UID is recorded yet, the recorded token (a token can be
+// read by whoever can read the pod; a UID cannot be chosen). Anything else is
+// ErrForeignPod: never adopted, never deleted, and a Warning event
+// (ReasonForeignPod) on the pod says so. An adopted pod that already finished
+// gives its result, never a re-run; one of ours that is deleted before it
+// finished has an unknown outcome (ErrPodDeleted, once it is gone): the
+// caller retries with a new token.
+//
+// Pods go to the template's metadata.namespace, else Config.DefaultNamespace
+// (the driver's own namespace, which tenants cannot use), else DefaultNamespace.
+// A template that chooses a tenant's namespace (PaV's encryption example uses
+// the PVC's) makes its pods visible to, and deletable and exec-able by, that
+// namespace's users: pav then relies on the recorded UID and token to never
+// adopt a pod they made, and whatever such a pod reports through /pav is only
+// as trustworthy as the namespace.
 //
 // # Waiting without polling
 //
 // A single informer per Runner (label selector on the provisioner, plus the
 // node for node plugins) feeds event handlers that poke per-pod waiters; a
 // waiter then re-reads the pod from the informer cache, which the informer
-// updates before it calls handlers, so no transition is missed. The only
+// updates before it calls handlers, so no transition is missed. Callers may
+// add their own handlers (OnPodEvent) and read the cache (Cached) to follow a
+// pod between operations without a second watch. The only
 // timers are the pod timeout (counted from the pod's creationTimestamp, so a
 // retry or a restart does not extend it) and the report wait below.
 //
@@ -51,14 +70,13 @@
 //
 // # Cleaning up
 //
-// After an outcome (other than a KeepRunning pod becoming ready), Run deletes
-// the pod (background propagation, UID precondition) and returns only once the
-// informer has seen it gone, bounded by Config.DeleteWait (default: the pod's
-// grace period + 60 s), even if the caller's context ended meanwhile: otherwise
-// a retry could meet the stale finished pod. (If the bound passes, or the driver
-// dies first, the retry adopts the finished pod and uses its result.) If the
-// caller's context ends before an outcome, the pod is left alone, for the
-// retry to adopt.
+// Run never deletes the pod. The caller first records the outcome (handle,
+// capacity, failure) and then removes the pod with Delete, which checks the
+// same identity, never deletes a pod pav did not create, and waits until the
+// informer has seen the pod gone. So a driver that dies between a pod's end
+// and the record finds the finished pod again and reads its result, instead
+// of running the phase twice. If the caller's context ends before an outcome,
+// the pod is left alone, for the retry to adopt.
 //
 // # Metrics and logs
 //
@@ -69,5 +87,6 @@
 // # RBAC
 //
 // The driver needs pods: get, list, watch, create, delete (cluster-wide, or in
-// the namespaces its templates use) and pods/log: get.
+// the namespaces its templates use), pods/log: get, and events: create, patch
+// (for Config.Recorder).
 package podrunner

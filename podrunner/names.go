@@ -21,6 +21,9 @@ const (
 	LabelNode = "pav.albertofaria.github.io/node"
 	// AnnotationVolumeKey holds the full VolumeKey: a pod is adopted only if it matches.
 	AnnotationVolumeKey = "pav.albertofaria.github.io/volume-key"
+	// AnnotationToken holds the Operation.Token the caller recorded before the
+	// pod was created: with the recorded UID, the only proof that pav made it.
+	AnnotationToken = "pav.albertofaria.github.io/token"
 	// ReportContainer is the native sidecar that reports the /pav files.
 	ReportContainer = "pav-report"
 	// VolumeName is the injected volume, mounted at MountPath in every container.
@@ -35,6 +38,8 @@ const (
 	nameHashLen = 16
 	// maxPhaseLen bounds the phase part of a name (the longest real phase is 10).
 	maxPhaseLen = 12
+	// maxTokenLen bounds Operation.Token (NewToken makes 32 hex digits).
+	maxTokenLen = 256
 )
 
 // PodName is the deterministic name of an operation's pod:

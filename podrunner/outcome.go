@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // PodFailure reasons set by pav itself (others come from the pod or its containers).
@@ -32,6 +33,7 @@ var imageErrorReasons = map[string]bool{
 type Result struct {
 	Pod       string
 	Namespace string
+	UID       types.UID
 	// Files is what the pod left in /pav: "handle", "capacity", "error" (only those present).
 	Files map[string]string
 	// Running: a KeepRunning operation whose pod signalled ready and is still running.
@@ -46,6 +48,7 @@ type Result struct {
 // or ends with "; log tail: <last lines>" when there is no /pav/error.
 type PodFailure struct {
 	Phase, Pod, Namespace string
+	UID                   types.UID
 	PodPhase              corev1.PodPhase
 	Reason, Message       string
 	ExitCodes             map[string]int32 // container → exit code (failed containers only)

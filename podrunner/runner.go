@@ -2,6 +2,7 @@ package podrunner
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
 
@@ -26,12 +28,12 @@ const (
 	// DefaultReportWait bounds the wait, after a pod finished, for the kubelet to
 	// record its report sidecar's termination (and so the /pav files).
 	DefaultReportWait = 30 * time.Second
-	// defaultDeleteSlack is added to a pod's termination grace period to bound
-	// the wait for its removal after an operation.
-	defaultDeleteSlack = 60 * time.Second
-	logTailLines       = 20
-	logTailBytes       = 2048
-	logTailTimeout     = 10 * time.Second
+	// ReasonForeignPod is the reason of the Warning event pav puts on a pod
+	// that holds an operation's name but that pav did not create.
+	ReasonForeignPod = "ForeignPod"
+	logTailLines     = 20
+	logTailBytes     = 2048
+	logTailTimeout   = 10 * time.Second
 	// maxCreateAttempts bounds create/AlreadyExists/NotFound races.
 	maxCreateAttempts = 5
 )
@@ -42,10 +44,14 @@ var (
 	// ErrStopped is returned once the context given to Start is done.
 	ErrStopped = errors.New("pod runner stopped")
 	// ErrForeignPod is returned when the operation's pod name is taken by a pod
-	// that is not this operation's (another provisioner, phase or volume, or not pav's).
-	ErrForeignPod = errors.New("pod name taken by another owner")
-	// ErrPodDeleted is returned when the operation's pod disappeared before it
-	// finished (deleted by someone else); a retry runs a new pod.
+	// that pav did not create for this operation: another provisioner's, phase's
+	// or volume's, or one without the recorded UID or token (pre-created by
+	// someone who can create pods in that namespace). It is never adopted or
+	// deleted; a human must remove it.
+	ErrForeignPod = errors.New("pod name taken by a pod pav did not create")
+	// ErrPodDeleted is returned when the operation's pod disappeared before its
+	// outcome was read (deleted by someone else): its outcome is unknown, and
+	// the caller's retry runs the phase again with a new token.
 	ErrPodDeleted = errors.New("pod deleted before it finished")
 )
 
@@ -64,9 +70,12 @@ type Config struct {
 	PodTimeout time.Duration
 	// ReportWait bounds the wait for the report of a finished pod; 0 = DefaultReportWait.
 	ReportWait time.Duration
-	// DeleteWait bounds the wait for a pod's removal after an operation;
-	// 0 = the pod's termination grace period + 60 s.
-	DeleteWait time.Duration
+	// DefaultNamespace is where pods go when their template names no namespace:
+	// the driver's own namespace. "" = DefaultNamespace.
+	DefaultNamespace string
+	// Recorder, if set, gets the Warning events pav puts on foreign pods
+	// (ReasonForeignPod); nil = no events.
+	Recorder record.EventRecorder
 }
 
 // Runner runs operation pods for one provisioner (and, in node mode, one node).
@@ -75,11 +84,18 @@ type Config struct {
 type Runner struct {
 	cfg Config
 
-	mu      sync.Mutex
-	waiters map[string]map[*waiter]struct{} // "namespace/name" → waiters
-	lister  corelisters.PodLister           // set once Start has synced
-	stopped <-chan struct{}
+	mu       sync.Mutex
+	waiters  map[string]map[*waiter]struct{} // "namespace/name" → waiters
+	lister   corelisters.PodLister           // set once Start has synced
+	stopped  <-chan struct{}
+	handlers []PodEventHandler
 }
+
+// PodEventHandler is told of every pod event of a Runner's informer: a pod of
+// its provisioner (and node) was added or changed (deleted false), or is gone
+// (deleted true, with its last known state). It runs on the informer's
+// goroutine: it must not block, and must not mutate pod (the cache's object).
+type PodEventHandler func(pod *corev1.Pod, deleted bool)
 
 // waiter is one goroutine's interest in one pod name. The informer's event
 // handlers poke it; it then re-reads the pod from the informer cache (which the
@@ -176,14 +192,53 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// onEvent pokes the waiters of a pod; deleted marks the pod's UID gone.
+// OnPodEvent adds a handler of the informer's pod events, so that a caller can
+// react to what happens to a pod between its operations (the node plugin: a
+// KeepRunning staging pod that died under its clients) from the informer it
+// already has, instead of a second watch. Handlers added before Start also see
+// the initial list as additions.
+func (r *Runner) OnPodEvent(h PodEventHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handlers = append(r.handlers, h)
+}
+
+// Cached returns the pod namespace/name from the informer cache, or nil if the
+// cache has none (never mutate it). The cache holds exactly the pods of the
+// Runner's selector, so in node mode a pav pod of this node that is not there
+// is gone, give or take the informer's lag behind the API server.
+func (r *Runner) Cached(namespace, name string) (*corev1.Pod, error) {
+	r.mu.Lock()
+	lister := r.lister
+	r.mu.Unlock()
+	if lister == nil {
+		return nil, ErrNotStarted
+	}
+	p, err := lister.Pods(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return p, err
+}
+
+// onEvent pokes the waiters of a pod, deleted marks the pod's UID gone, and
+// the OnPodEvent handlers are told.
 func (r *Runner) onEvent(obj any, deleted bool) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	handlers := r.handlers
+	r.poke(pod, deleted)
+	r.mu.Unlock()
+	for _, h := range handlers {
+		h(pod, deleted)
+	}
+}
+
+// poke wakes the waiters of pod's name; r.mu is held.
+func (r *Runner) poke(pod *corev1.Pod, deleted bool) {
 	for w := range r.waiters[pod.Namespace+"/"+pod.Name] {
 		if deleted {
 			w.gone[pod.UID] = pod
@@ -296,9 +351,15 @@ func (r *Runner) checkNode(op *Operation) error {
 	return nil
 }
 
-// BuildPod builds the operation's pod with the Runner's report image.
+// BuildPod builds the operation's pod with the Runner's report image and
+// default namespace.
 func (r *Runner) BuildPod(op Operation) (*corev1.Pod, error) {
-	return BuildPod(op, r.cfg.ReportImage)
+	return BuildPod(op, r.cfg.ReportImage, r.cfg.DefaultNamespace)
+}
+
+// Namespace is where the Runner puts the operation's pod.
+func (r *Runner) Namespace(op Operation) string {
+	return op.Namespace(r.cfg.DefaultNamespace)
 }
 
 // Run runs the operation's pod, or adopts the one a previous attempt (maybe of
@@ -306,20 +367,28 @@ func (r *Runner) BuildPod(op Operation) (*corev1.Pod, error) {
 //
 //   - the pod succeeded: a Result with the files it left in /pav;
 //   - a KeepRunning pod signalled ready (/pav/ready) with all its containers
-//     running: a Result with Running set, and the pod is left running;
+//     running: a Result with Running set;
 //   - the pod failed, could not be scheduled or pull an image, or outlived
 //     PodTimeout: a *PodFailure;
-//   - ctx ended first: ctx.Err(), and the pod is left as it is, so that the
-//     caller's retry adopts it rather than starting over.
+//   - ctx ended first: ctx.Err(), for the caller's retry to adopt the pod.
 //
-// Finished pods are deleted before Run returns, and Run waits (bounded) until
-// the informer has seen them gone, so that a retry never meets a stale one.
+// Only a pod with op.UID, or (op.UID unset) with op.Token, is adopted; any
+// other pod of that name is refused (ErrForeignPod, and a Warning event on
+// it). With op.UID set, Run never creates a pod.
+//
+// The pod is always left in place: the caller first records the outcome where
+// only pav can write, then removes the pod with Delete. So a driver that dies in
+// between finds the finished pod on its retry and reads its result again,
+// instead of running the phase twice.
 func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error) {
 	start := time.Now()
 	var decided *corev1.Pod // the pod whose state decided the outcome
 	defer func() { r.record(&op, decided, start, res, err) }()
 
 	if err := op.validate(); err != nil {
+		return nil, err
+	}
+	if err := op.validateIdentity(true); err != nil {
 		return nil, err
 	}
 	if err := r.checkNode(&op); err != nil {
@@ -358,6 +427,12 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 		logger.Info("Pod report incomplete; using what is there", "problem", v.reportProblem.Error())
 	}
 
+	if v.result != nil {
+		v.result.UID = p.UID
+	}
+	if v.failure != nil {
+		v.failure.UID = p.UID
+	}
 	if v.result != nil && v.result.Running {
 		logger.Info("Pod is running and ready")
 		return v.result, nil
@@ -369,79 +444,131 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 			}
 		}
 		logger.Info("Pod failed", "reason", v.failure.Reason, "error", v.failure.Error())
-	} else {
-		logger.Info("Pod succeeded", "files", sortedKeys(v.result.Files))
-	}
-	r.cleanup(ctx, pw, p)
-	if v.failure != nil {
 		return nil, v.failure
 	}
+	logger.Info("Pod succeeded", "files", sortedKeys(v.result.Files))
 	return v.result, nil
 }
 
-// createOrAdopt creates the pod or adopts the existing pod of the same
-// operation. One that has finished is adopted, since its result is final (a
-// driver restart may have come between its end and its cleanup). One that is
-// being deleted is waited out and replaced, finished or not: the API server
-// removes a finished pod at once when it is deleted (pav's pods have no
+// createOrAdopt creates the pod or adopts the operation's existing pod (see
+// ownership). One that has finished is adopted, since its result is final (a
+// driver restart may have come between its end and the record of its
+// outcome). One of ours that is being deleted has an unknown outcome: the API
+// server removes a finished pod at once when it is deleted (pav's pods have no
 // finalizers), so a pod still there with a deletionTimestamp was deleted while
 // it ran, and whatever it ends with (exit code 143, say) is its killing, not
-// the operation's result.
+// the operation's result. It is waited out and reported as ErrPodDeleted, so
+// that the caller re-runs the phase with a new token.
 func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Pod, op *Operation) (*corev1.Pod, error) {
 	logger := klog.FromContext(ctx)
 	pods := r.cfg.Client.CoreV1().Pods(pod.Namespace)
 	for range maxCreateAttempts {
-		created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
-		if err == nil {
-			pw.forget()
-			logger.Info("Created pod")
-			return created, nil
+		if op.UID == "" {
+			created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+			if err == nil {
+				pw.forget()
+				logger.Info("Created pod", "uid", created.UID)
+				if err := r.created(ctx, op, created.UID); err != nil {
+					return nil, err
+				}
+				return created, nil
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("creating %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
+			}
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
-		}
-		// The API server's copy, not the informer's: the cache may not show yet
-		// that the pod is being deleted.
+		// The API server's copy, not the informer's: the cache may lag behind,
+		// and not show yet that the pod is being deleted.
 		existing, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err) && op.UID != "":
+			return nil, fmt.Errorf("%w: %s pod %s/%s (uid %s) is gone and its outcome was never recorded",
+				ErrPodDeleted, op.Phase, pod.Namespace, pod.Name, op.UID)
+		case apierrors.IsNotFound(err):
 			continue // deleted in between: create again
-		}
-		if err != nil {
+		case err != nil:
 			return nil, fmt.Errorf("getting existing %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
 		}
-		if err := r.checkOwner(existing, op); err != nil {
+		if err := r.checkOwner(ctx, existing, op, true); err != nil {
 			return nil, err
 		}
 		if existing.DeletionTimestamp != nil {
-			logger.Info("Waiting for the operation's terminating pod to go away before re-creating it", "uid", existing.UID, "podPhase", existing.Status.Phase)
+			// Deleted while it ran (the API server removes a finished pod at
+			// once: pav's pods have no finalizers), so whatever it ends with
+			// (exit code 143, say) is its killing, not the operation's result.
+			// Wait it out: the caller's retry, with a new token, must not meet
+			// it (it would be foreign to the new token).
+			logger.Info("The operation's pod is being deleted; waiting for it to go", "uid", existing.UID, "podPhase", existing.Status.Phase)
 			if err := r.waitGone(ctx, pw, existing.UID); err != nil {
 				return nil, err
 			}
-			continue
+			return nil, fmt.Errorf("%w: %s pod %s/%s (uid %s) was deleted by someone else before it finished",
+				ErrPodDeleted, op.Phase, pod.Namespace, pod.Name, existing.UID)
 		}
 		logger.Info("Adopting existing pod", "uid", existing.UID, "podPhase", existing.Status.Phase)
+		if op.UID == "" {
+			if err := r.created(ctx, op, existing.UID); err != nil {
+				return nil, err
+			}
+		}
 		return existing, nil
 	}
 	return nil, fmt.Errorf("%s pod %s/%s: gave up after %d attempts to create or adopt it (it keeps appearing and disappearing)",
 		op.Phase, pod.Namespace, pod.Name, maxCreateAttempts)
 }
 
-// checkOwner refuses to adopt a pod that is not this operation's.
-func (r *Runner) checkOwner(pod *corev1.Pod, op *Operation) error {
+// created tells the caller the UID of the pod that carries its token.
+func (r *Runner) created(ctx context.Context, op *Operation, uid types.UID) error {
+	if op.Created == nil {
+		return nil
+	}
+	if err := op.Created(ctx, uid); err != nil {
+		return fmt.Errorf("recording the UID %s of the %s pod of volume %q: %w", uid, op.Phase, op.VolumeKey, err)
+	}
+	return nil
+}
+
+// ownership says why pod is not the operation's own, or "" if it is: it must
+// carry the operation's labels and volume key, and the recorded UID (if known)
+// or else the recorded token. Labels and annotations alone prove nothing:
+// anyone who may create pods in the namespace can copy them.
+func ownership(pod *corev1.Pod, op *Operation) string {
 	l := pod.Labels
 	ok := l[LabelProvisioner] == op.Provisioner && l[LabelPhase] == string(op.Phase) &&
 		pod.Annotations[AnnotationVolumeKey] == op.VolumeKey
 	if ok && op.NodeName != "" {
 		ok = l[LabelNode] == NodeLabel(op.NodeName)
 	}
-	if ok {
+	switch {
+	case !ok:
+		return "it belongs to " + describeOwner(pod)
+	case op.UID != "" && pod.UID != op.UID:
+		return fmt.Sprintf("its UID %s is not the UID %s pav recorded for the pod it created", pod.UID, op.UID)
+	case op.UID == "" && (op.Token == "" || subtle.ConstantTimeCompare([]byte(pod.Annotations[AnnotationToken]), []byte(op.Token)) != 1):
+		return "it does not carry the token pav recorded before creating its pod"
+	}
+	return ""
+}
+
+// checkOwner refuses a pod that is not the operation's own (ownership); when
+// warn is set it also puts a Warning event on it, where whoever created it (and
+// the namespace's users) will see it.
+func (r *Runner) checkOwner(ctx context.Context, pod *corev1.Pod, op *Operation, warn bool) error {
+	why := ownership(pod, op)
+	if why == "" {
 		return nil
 	}
-	return fmt.Errorf("%w: pod %s/%s already exists and belongs to %s; refusing to adopt it for %s of volume %q (provisioner %q)",
-		ErrForeignPod, pod.Namespace, pod.Name, describeOwner(pod), op.Phase, op.VolumeKey, op.Provisioner)
+	klog.FromContext(ctx).Info("Refusing a pod pav did not create", "uid", pod.UID, "why", why)
+	if warn && r.cfg.Recorder != nil {
+		r.cfg.Recorder.Eventf(pod, corev1.EventTypeWarning, ReasonForeignPod,
+			"pav provisioner %s refuses to use this pod for phase %s of volume %s: pav did not create it (%s); delete it",
+			op.Provisioner, op.Phase, op.VolumeKey, why)
+	}
+	return fmt.Errorf("%w: pod %s/%s holds the name of the %s pod of volume %q (provisioner %q) but %s; delete it so that pav can create its own",
+		ErrForeignPod, pod.Namespace, pod.Name, op.Phase, op.VolumeKey, op.Provisioner, why)
 }
 
 func describeOwner(pod *corev1.Pod) string {
@@ -492,6 +619,15 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 	for {
 		p := pw.cached()
 		switch {
+		case p != nil && p.UID == uid && p.DeletionTimestamp != nil && !finished(p):
+			// Someone deletes it while it runs: what it ends with is its
+			// killing, not the operation's result.
+			logger.Info("The operation's pod is being deleted before it finished; waiting for it to go")
+			if err := r.waitGone(ctx, pw, uid); err != nil {
+				return nil, verdict{}, err
+			}
+			return nil, verdict{}, fmt.Errorf("%w: %s pod %s/%s (uid %s) was deleted by someone else before it finished",
+				ErrPodDeleted, op.Phase, pw.ns, pw.name, uid)
 		case p != nil && p.UID == uid:
 			v := evaluate(op, p, reportExpired, timedOut, r.cfg.PodTimeout)
 			if v.done {
@@ -583,44 +719,22 @@ func (r *Runner) deletePod(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
-// cleanup deletes a finished (or failed, or timed-out) pod and waits until the
-// informer has seen it gone, bounded by DeleteWait. It goes on even if the
-// caller's ctx is done: the outcome is known, and a pod left behind would be
-// mistaken for the result of the next attempt.
-func (r *Runner) cleanup(ctx context.Context, pw *podWatch, pod *corev1.Pod) {
-	logger := klog.FromContext(ctx)
-	bound := r.cfg.DeleteWait
-	if bound <= 0 {
-		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
-		if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-			grace = *g
-		}
-		bound = time.Duration(grace)*time.Second + defaultDeleteSlack
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
-	defer cancel()
-	if err := r.deletePod(ctx, pod); err != nil {
-		logger.Error(err, "Could not delete finished pod; a retry will adopt it")
-		return
-	}
-	if err := r.waitGone(ctx, pw, pod.UID); err != nil {
-		logger.Info("Pod not gone yet; a retry will wait for it", "bound", bound, "reason", err)
-		return
-	}
-	logger.V(2).Info("Deleted pod")
-}
-
-// Delete deletes the operation's pod, if there is one, and waits (until ctx is
-// done) for it to be gone. A pod of the same name that is not the operation's
-// is left alone (ErrForeignPod).
+// Delete deletes the operation's pod (the one with op.UID, or else op.Token),
+// if it exists, and waits (until ctx is done) for the informer to see it gone,
+// so that a KeepRunning pod has stopped using /pav when Delete returns. A pod
+// of that name that is not the operation's is never deleted: Delete leaves it
+// alone and returns nil, since the operation's own pod is gone.
 func (r *Runner) Delete(ctx context.Context, op Operation) error {
 	if err := op.validate(); err != nil {
+		return err
+	}
+	if err := op.validateIdentity(false); err != nil {
 		return err
 	}
 	if err := r.checkNode(&op); err != nil {
 		return err
 	}
-	ns, name := op.Namespace(), op.PodName()
+	ns, name := r.Namespace(op), op.PodName()
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "phase", op.Phase)
 	ctx = klog.NewContext(ctx, logger)
 	pw, err := r.watch(ns, name)
@@ -629,7 +743,8 @@ func (r *Runner) Delete(ctx context.Context, op Operation) error {
 	}
 	defer pw.close()
 	p := pw.cached()
-	if p == nil {
+	if p == nil || ownership(p, &op) != "" {
+		// Not cached, or the cache may lag behind: ask the API server.
 		p, err = r.cfg.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -638,8 +753,9 @@ func (r *Runner) Delete(ctx context.Context, op Operation) error {
 			return fmt.Errorf("getting %s pod %s/%s: %w", op.Phase, ns, name, err)
 		}
 	}
-	if err := r.checkOwner(p, &op); err != nil {
-		return err
+	if why := ownership(p, &op); why != "" {
+		logger.Info("Not deleting a pod pav did not create; the operation's own pod is gone", "uid", p.UID, "why", why)
+		return nil
 	}
 	logger.Info("Deleting pod", "uid", p.UID, "podPhase", p.Status.Phase)
 	if err := r.deletePod(ctx, p); err != nil {

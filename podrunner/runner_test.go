@@ -17,9 +17,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
@@ -43,14 +45,15 @@ func TestMain(m *testing.M) {
 const provisioner = "hello"
 
 type env struct {
-	t       *testing.T
-	ctx     context.Context
-	client  *fake.Clientset
-	kubelet *fakekubelet.Kubelet
-	runner  *podrunner.Runner
-	cfg     podrunner.Config
-	creates atomic.Int32 // pods actually created (not AlreadyExists attempts)
-	runs    atomic.Int32 // pods the kubelet started
+	t        *testing.T
+	ctx      context.Context
+	client   *fake.Clientset
+	kubelet  *fakekubelet.Kubelet
+	runner   *podrunner.Runner
+	cfg      podrunner.Config
+	recorder *record.FakeRecorder
+	creates  atomic.Int32 // pods actually created (not AlreadyExists attempts)
+	runs     atomic.Int32 // pods the kubelet started
 }
 
 type envOpts struct {
@@ -78,9 +81,10 @@ func newEnv(t *testing.T, behaviour fakekubelet.Behaviour, o envOpts) *env {
 		}
 		return false, nil, nil
 	})
+	e.recorder = record.NewFakeRecorder(100)
 	e.cfg = podrunner.Config{
 		Client: e.client, Provisioner: provisioner, ReportImage: "registry/pav:test",
-		ReportWait: 2 * time.Second, DeleteWait: 5 * time.Second,
+		ReportWait: 2 * time.Second, Recorder: e.recorder,
 	}
 	if o.cfg != nil {
 		o.cfg(&e.cfg)
@@ -111,10 +115,47 @@ func (e *env) newRunner() *podrunner.Runner {
 
 func creationOp(key string) podrunner.Operation {
 	return podrunner.Operation{
-		Provisioner: provisioner, Phase: v1alpha1.PhaseCreation, VolumeKey: key,
+		Provisioner: provisioner, Phase: v1alpha1.PhaseCreation, VolumeKey: key, Token: podrunner.NewToken(),
 		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
 			{Name: "main", Image: "busybox", Command: []string{"sh", "-c", "echo hi"}},
 		}}},
+	}
+}
+
+// recordUID makes op record its pod's UID the way a caller does (Created),
+// counting the calls.
+func recordUID(op *podrunner.Operation) *[]types.UID {
+	var mu sync.Mutex
+	calls := &[]types.UID{}
+	op.Created = func(_ context.Context, uid types.UID) error {
+		mu.Lock()
+		defer mu.Unlock()
+		*calls = append(*calls, uid)
+		return nil
+	}
+	return calls
+}
+
+// remove deletes the operation's pod as a caller does once it has recorded the
+// outcome, and checks that it is gone.
+func (e *env) remove(op podrunner.Operation) {
+	e.t.Helper()
+	if err := e.runner.Delete(e.ctx, op); err != nil {
+		e.t.Fatalf("Delete: %v", err)
+	}
+	e.assertGone(op)
+}
+
+// events drains the events recorded so far.
+func (e *env) events() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
 	}
 }
 
@@ -127,7 +168,7 @@ func stagingOp(key, node, hostPath string) podrunner.Operation {
 }
 
 func (e *env) getPod(op podrunner.Operation) (*corev1.Pod, error) {
-	return e.client.CoreV1().Pods(op.Namespace()).Get(context.Background(), op.PodName(), metav1.GetOptions{})
+	return e.client.CoreV1().Pods(e.runner.Namespace(op)).Get(context.Background(), op.PodName(), metav1.GetOptions{})
 }
 
 func (e *env) assertGone(op podrunner.Operation) {
@@ -149,7 +190,7 @@ func (e *env) waitPod(op podrunner.Operation, cond func(p *corev1.Pod) bool) *co
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
-	w, err := e.client.CoreV1().Pods(op.Namespace()).Watch(ctx, metav1.ListOptions{})
+	w, err := e.client.CoreV1().Pods(e.runner.Namespace(op)).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -224,7 +265,7 @@ func TestRunOutcomes(t *testing.T) {
 					f.ErrorFile != "disk quota exceeded\n" || f.LogTail != "" {
 					t.Errorf("failure %+v", f)
 				}
-				want := fmt.Sprintf(`creation pod default/%s failed (phase Failed, reason Error): container "main" exited with code 3; /pav/error: disk quota exceeded`, f.Pod)
+				want := fmt.Sprintf(`creation pod pav/%s failed (phase Failed, reason Error): container "main" exited with code 3; /pav/error: disk quota exceeded`, f.Pod)
 				if err.Error() != want {
 					t.Errorf("got  %s\nwant %s", err, want)
 				}
@@ -327,16 +368,29 @@ func TestRunOutcomes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, always(c.outcome), envOpts{cfg: c.cfg})
 			op := creationOp("pvc-" + strings.ReplaceAll(c.name, " ", "-"))
+			uids := recordUID(&op)
 			start := time.Now()
 			res, err := e.runner.Run(e.ctx, op)
 			c.check(t, res, err)
 			if c.outcome.NoReport && time.Since(start) < 200*time.Millisecond {
 				t.Error("did not wait for the report")
 			}
-			e.assertGone(op)
 			if n := e.creates.Load(); n != 1 {
 				t.Errorf("%d pods created", n)
 			}
+			// The pod stays until the caller has recorded the outcome.
+			p, gerr := e.getPod(op)
+			if gerr != nil {
+				t.Fatalf("the finished pod was removed by Run: %v", gerr)
+			}
+			if len(*uids) != 1 || (*uids)[0] != p.UID {
+				t.Errorf("Created called with %v, want once with %s", *uids, p.UID)
+			}
+			if f, ok := podrunner.IsPodFailure(err); ok && f.UID != p.UID || res != nil && res.UID != p.UID {
+				t.Errorf("the outcome does not name the pod's UID %s", p.UID)
+			}
+			op.UID = p.UID
+			e.remove(op)
 		})
 	}
 }
@@ -376,7 +430,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	if c, r := e.creates.Load(), e.runs.Load(); c != 1 || r != 1 {
 		t.Errorf("%d pods created, %d run; want exactly one", c, r)
 	}
-	e.assertGone(op)
+	e.remove(op)
 }
 
 func TestAdoptFinishedPod(t *testing.T) {
@@ -390,7 +444,9 @@ func TestAdoptFinishedPod(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, always(c.outcome), envOpts{})
 			op := creationOp("pvc-finished")
-			// A driver created the pod and died before it saw it finish.
+			uids := recordUID(&op)
+			// A driver recorded the token, created the pod, and died before it
+			// recorded the pod's UID or saw it finish.
 			pod, err := e.runner.BuildPod(op)
 			if err != nil {
 				t.Fatal(err)
@@ -411,7 +467,10 @@ func TestAdoptFinishedPod(t *testing.T) {
 			if c, r := e.creates.Load(), e.runs.Load(); c != 1 || r != 1 {
 				t.Errorf("%d pods created, %d run: the finished pod was re-run", c, r)
 			}
-			e.assertGone(op)
+			if len(*uids) != 1 {
+				t.Errorf("Created called %d times for a pod adopted by its token, want 1", len(*uids))
+			}
+			e.remove(op)
 		})
 	}
 }
@@ -426,13 +485,15 @@ func TestTerminatingPodIsWaitedOut(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		kubelet fakekubelet.Options
-		// terminating is the state Run meets the deleted pod in.
+		// terminating is the state the deleted pod is in when Run meets it;
+		// nil: Run is already waiting on the pod when it is deleted.
 		terminating func(p *corev1.Pod) bool
 	}{
-		{"containers still running", fakekubelet.Options{StopDelay: 500 * time.Millisecond},
+		{"met while its containers still run", fakekubelet.Options{StopDelay: 500 * time.Millisecond},
 			func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && p.Status.Phase == corev1.PodRunning }},
-		{"containers killed, pod not yet removed", fakekubelet.Options{DeletionDelay: 500 * time.Millisecond},
+		{"met once killed, not yet removed", fakekubelet.Options{DeletionDelay: 500 * time.Millisecond},
 			func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && p.Status.Phase == corev1.PodFailed }},
+		{"deleted while Run waits on it", fakekubelet.Options{StopDelay: 300 * time.Millisecond, DeletionDelay: 300 * time.Millisecond}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run}), envOpts{kubelet: tc.kubelet})
@@ -442,64 +503,163 @@ func TestTerminatingPodIsWaitedOut(t *testing.T) {
 				t.Fatal(err)
 			}
 			old := e.waitPod(op, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+			done := make(chan error, 1)
+			if tc.terminating == nil {
+				go func() { _, err := e.runner.Run(e.ctx, op); done <- err }()
+				time.Sleep(100 * time.Millisecond)
+			}
 			if err := e.client.CoreV1().Pods(pod.Namespace).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			e.waitPod(op, tc.terminating)
-			ctx, cancel := context.WithCancel(e.ctx)
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { _, err := e.runner.Run(ctx, op); done <- err }()
-			// Run must create a fresh pod and wait on it (a Run-kind pod keeps
-			// running); had it adopted the old one, it would return its failure.
-			fresh := e.waitPod(op, func(p *corev1.Pod) bool {
-				return p.UID != old.UID && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
-			})
-			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Fatalf("Run: %v, want it still waiting on the fresh pod %s", err, fresh.UID)
+			if tc.terminating != nil {
+				e.waitPod(op, tc.terminating)
+				go func() { _, err := e.runner.Run(e.ctx, op); done <- err }()
 			}
-			if n := e.creates.Load(); n != 2 {
-				t.Errorf("%d creates, want 2", n)
+			// Our pod, deleted before it finished: its outcome is unknown
+			// (exit code 143 is its killing). Run waits until it is gone, so
+			// that the caller's retry with a new token does not meet it, and
+			// says so; it never starts a second pod itself.
+			if err := <-done; !errors.Is(err, podrunner.ErrPodDeleted) || !strings.Contains(err.Error(), string(old.UID)) {
+				t.Fatalf("Run: %v, want ErrPodDeleted naming %s", err, old.UID)
+			}
+			e.assertGone(op)
+			if n := e.creates.Load(); n != 1 {
+				t.Errorf("%d creates, want 1", n)
+			}
+			// The retry, with a new token, runs the phase again.
+			retry := creationOp("pvc-terminating")
+			ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+			defer cancel()
+			if _, err := e.runner.Run(ctx, retry); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("retry: %v", err)
+			}
+			if p, err := e.getPod(retry); err != nil || p.Annotations[podrunner.AnnotationToken] != retry.Token || p.UID == old.UID {
+				t.Fatalf("retry's pod %v err %v", p, err)
 			}
 		})
+	}
+}
+
+func TestAdoptByRecordedUID(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "h"}}), envOpts{})
+	op := creationOp("pvc-uid")
+	uids := recordUID(&op)
+	if _, err := e.runner.Run(e.ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	// A restarted driver knows the UID; whatever the token, the pod with that
+	// UID is the one, and Created is not called again.
+	later := creationOp("pvc-uid")
+	later.UID = (*uids)[0]
+	again := recordUID(&later)
+	res, err := e.newRunner().Run(e.ctx, later)
+	if err != nil || res.Files["handle"] != "h" || res.UID != later.UID {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if len(*again) != 0 || e.creates.Load() != 1 || e.runs.Load() != 1 {
+		t.Errorf("Created %v, %d creates, %d runs", *again, e.creates.Load(), e.runs.Load())
+	}
+	e.remove(later)
+	// The recorded pod is gone with its outcome unread: never re-created
+	// under the old identity.
+	if _, err := e.runner.Run(e.ctx, later); !errors.Is(err, podrunner.ErrPodDeleted) {
+		t.Errorf("recorded pod gone: %v, want ErrPodDeleted", err)
+	}
+	if n := e.creates.Load(); n != 1 {
+		t.Errorf("%d creates", n)
+	}
+}
+
+func TestCreatedError(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "h"}}), envOpts{})
+	op := creationOp("pvc-record-fails")
+	op.Created = func(context.Context, types.UID) error { return errors.New("etcd is down") }
+	if _, err := e.runner.Run(e.ctx, op); err == nil || !strings.Contains(err.Error(), "etcd is down") {
+		t.Fatalf("err %v", err)
+	}
+	// The pod is left for the retry, which adopts it by its token.
+	uids := recordUID(&op)
+	if res, err := e.runner.Run(e.ctx, op); err != nil || res.Files["handle"] != "h" {
+		t.Fatalf("retry: res %+v err %v", res, err)
+	}
+	if len(*uids) != 1 || e.creates.Load() != 1 {
+		t.Errorf("Created %v, %d creates", *uids, e.creates.Load())
+	}
+}
+
+func TestIdentityRequired(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{}), envOpts{})
+	op := creationOp("pvc-no-token")
+	op.Token = ""
+	if _, err := e.runner.Run(e.ctx, op); !errors.Is(err, podrunner.ErrInvalidOperation) || !strings.Contains(err.Error(), "no token") {
+		t.Errorf("Run without a token: %v", err)
+	}
+	if err := e.runner.Delete(e.ctx, op); !errors.Is(err, podrunner.ErrInvalidOperation) {
+		t.Errorf("Delete without token or UID: %v", err)
+	}
+	if n := e.creates.Load(); n != 0 {
+		t.Errorf("%d creates", n)
 	}
 }
 
 func TestForeignPodRefused(t *testing.T) {
 	op := creationOp("pvc-foreign")
 	name := op.PodName()
+	ours := map[string]string{podrunner.LabelProvisioner: provisioner, podrunner.LabelPhase: "creation",
+		podrunner.LabelVolume: podrunner.VolumeLabel("pvc-foreign")}
 	cases := []struct {
 		name   string
 		labels map[string]string
 		annot  map[string]string
-		owner  string
+		uid    types.UID // the UID the caller recorded, if any
+		why    string
 	}{
-		{"not pav", map[string]string{"app": "x"}, nil, "someone else (it has no pav labels)"},
+		{"not pav", map[string]string{"app": "x"}, nil, "", "someone else (it has no pav labels)"},
 		{"other provisioner", map[string]string{podrunner.LabelProvisioner: "other", podrunner.LabelPhase: "creation"},
-			map[string]string{podrunner.AnnotationVolumeKey: "pvc-foreign"}, `pav provisioner "other", phase "creation", volume key "pvc-foreign"`},
-		{"other volume (hash collision)", map[string]string{podrunner.LabelProvisioner: provisioner, podrunner.LabelPhase: "creation"},
-			map[string]string{podrunner.AnnotationVolumeKey: "pvc-else"}, `volume key "pvc-else"`},
+			map[string]string{podrunner.AnnotationVolumeKey: "pvc-foreign"}, "", `pav provisioner "other", phase "creation", volume key "pvc-foreign"`},
+		{"other volume (hash collision)", ours, map[string]string{podrunner.AnnotationVolumeKey: "pvc-else", podrunner.AnnotationToken: op.Token}, "", `volume key "pvc-else"`},
+		// A tenant who may create pods where the template puts them copies
+		// pav's labels, annotations and report sidecar: without the token, it
+		// is not pav's.
+		{"pre-created with pav's labels, no token", ours, map[string]string{podrunner.AnnotationVolumeKey: "pvc-foreign"}, "",
+			"does not carry the token"},
+		{"pre-created with another token", ours, map[string]string{podrunner.AnnotationVolumeKey: "pvc-foreign", podrunner.AnnotationToken: "guess"}, "",
+			"does not carry the token"},
+		// A tenant who read the token off our pod, deleted it and re-created
+		// it: the token matches, the recorded UID does not.
+		{"re-created with the right token, other UID", ours, map[string]string{podrunner.AnnotationVolumeKey: "pvc-foreign", podrunner.AnnotationToken: op.Token},
+			"uid-pav-recorded", "is not the UID uid-pav-recorded pav recorded"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			foreign := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: c.labels, Annotations: c.annot, UID: "foreign-uid"},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podrunner.DefaultNamespace, Labels: c.labels, Annotations: c.annot, UID: "foreign-uid"},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}},
+					InitContainers: []corev1.Container{{Name: podrunner.ReportContainer, Image: "fake-report"}}},
 			}
-			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run}), envOpts{objects: []runtime.Object{foreign}})
+			// Pods finish at once: a wrongly adopted pod fails the test fast.
+			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed}), envOpts{objects: []runtime.Object{foreign}})
+			op := op
+			op.UID = c.uid
+			uids := recordUID(&op)
 			_, err := e.runner.Run(e.ctx, op)
-			if !errors.Is(err, podrunner.ErrForeignPod) || !strings.Contains(err.Error(), "default/"+name) || !strings.Contains(err.Error(), c.owner) {
+			if !errors.Is(err, podrunner.ErrForeignPod) || !strings.Contains(err.Error(), "pav/"+name) || !strings.Contains(err.Error(), c.why) {
 				t.Fatalf("err %v", err)
 			}
-			if err := e.runner.Delete(e.ctx, op); !errors.Is(err, podrunner.ErrForeignPod) {
+			evs := e.events()
+			if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning ForeignPod pav provisioner hello refuses to use this pod for phase creation of volume pvc-foreign: pav did not create it") ||
+				!strings.Contains(evs[0], c.why) {
+				t.Errorf("events %q", evs)
+			}
+			// Delete never removes it either: the operation's own pod is gone.
+			if err := e.runner.Delete(e.ctx, op); err != nil {
 				t.Errorf("Delete: %v", err)
 			}
 			if p, err := e.getPod(op); err != nil || p.UID != "foreign-uid" {
 				t.Errorf("foreign pod touched: %v %v", p, err)
 			}
-			if n := e.creates.Load(); n != 0 {
-				t.Errorf("%d creates", n)
+			if n := e.creates.Load(); n != 0 || len(*uids) != 0 {
+				t.Errorf("%d creates, Created %v", n, *uids)
 			}
 		})
 	}
@@ -534,6 +694,7 @@ func TestKeepRunningAndDelete(t *testing.T) {
 	if res, err := e.newRunner().Run(e.ctx, op); err != nil || !res.Running {
 		t.Fatalf("retry: res %+v err %v", res, err)
 	}
+	op.UID = p.UID
 
 	start := time.Now()
 	if err := e.runner.Delete(e.ctx, op); err != nil {
@@ -560,7 +721,7 @@ func TestKeepRunningNotReadyTimesOut(t *testing.T) {
 	if f := mustFail(t, err); f.Reason != podrunner.ReasonTimeout || !strings.Contains(f.Message, "neither finished nor became ready") {
 		t.Fatalf("failure %+v", f)
 	}
-	e.assertGone(op)
+	e.remove(op)
 }
 
 func TestKeepRunningPodThatCompletes(t *testing.T) {
@@ -570,7 +731,7 @@ func TestKeepRunningPodThatCompletes(t *testing.T) {
 	if err != nil || res.Running {
 		t.Fatalf("res %+v err %v", res, err)
 	}
-	e.assertGone(op)
+	e.remove(op)
 }
 
 func TestNodeModeRefusesOtherNodes(t *testing.T) {
@@ -620,7 +781,7 @@ func TestPodDeletedByOthers(t *testing.T) {
 	op := creationOp("pvc-deleted")
 	go func() {
 		e.waitPod(op, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
-		_ = e.client.CoreV1().Pods("default").Delete(e.ctx, op.PodName(), metav1.DeleteOptions{})
+		_ = e.client.CoreV1().Pods(podrunner.DefaultNamespace).Delete(e.ctx, op.PodName(), metav1.DeleteOptions{})
 	}()
 	if _, err := e.runner.Run(e.ctx, op); !errors.Is(err, podrunner.ErrPodDeleted) {
 		t.Fatalf("err %v", err)
@@ -640,13 +801,19 @@ func TestConcurrentRuns(t *testing.T) {
 
 	const n = 24
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
+	errs := make(chan error, 2*n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			key := fmt.Sprintf("pvc-%d", i)
-			res, err := e.runner.Run(e.ctx, creationOp(key))
+			op := creationOp(key)
+			res, err := e.runner.Run(e.ctx, op)
+			defer func() {
+				if err := e.runner.Delete(e.ctx, op); err != nil {
+					errs <- fmt.Errorf("%s: Delete: %v", key, err)
+				}
+			}()
 			switch {
 			case i%3 == 0:
 				if f, ok := podrunner.IsPodFailure(err); !ok || f.ErrorFile != key || f.ExitCodes["main"] != int32(i+1) {
@@ -688,7 +855,7 @@ func TestConcurrentRunsOfOneOperation(t *testing.T) {
 	if c, r := e.creates.Load(), e.runs.Load(); c != 1 || r != 1 {
 		t.Errorf("%d creates, %d runs for one operation", c, r)
 	}
-	e.assertGone(op)
+	e.remove(op)
 }
 
 func counter(t *testing.T, phase, result string) float64 {
@@ -740,4 +907,56 @@ func hasFamily(fams []*dto.MetricFamily, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestPodEventsAndCache: a caller learns what happens to a pod between its
+// operations (a KeepRunning pod deleted by someone) from the Runner's own
+// informer, and reads the pod from its cache.
+func TestPodEventsAndCache(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}), envOpts{
+		cfg: func(c *podrunner.Config) { c.NodeName = "node-a" },
+	})
+	if _, err := podrunner.New(e.cfg).Cached("pav", "x"); !errors.Is(err, podrunner.ErrNotStarted) {
+		t.Fatalf("Cached before Start: %v", err)
+	}
+	type event struct {
+		uid     types.UID
+		phase   corev1.PodPhase
+		deleted bool
+	}
+	events := make(chan event, 100)
+	e.runner.OnPodEvent(func(pod *corev1.Pod, deleted bool) {
+		events <- event{pod.UID, pod.Status.Phase, deleted}
+	})
+	op := stagingOp("vol-ev", "node-a", filepath.Join(t.TempDir(), "vol-ev"))
+	if _, err := e.runner.Run(e.ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	ns := e.runner.Namespace(op)
+	p, err := e.runner.Cached(ns, op.PodName())
+	if err != nil || p == nil || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("Cached = %v, %v; want the running pod", podPhase(p), err)
+	}
+	uid := p.UID
+	if p, err := e.runner.Cached(ns, "no-such-pod"); p != nil || err != nil {
+		t.Fatalf("Cached of a missing pod = %v, %v", p, err)
+	}
+	// Someone else deletes it.
+	if err := e.client.CoreV1().Pods(ns).Delete(e.ctx, op.PodName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.uid == uid && ev.deleted {
+				if p, _ := e.runner.Cached(ns, op.PodName()); p != nil {
+					t.Fatalf("the cache still has the pod after its delete event")
+				}
+				return
+			}
+		case <-timeout:
+			t.Fatal("no delete event for the pod")
+		}
+	}
 }

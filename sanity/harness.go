@@ -28,6 +28,7 @@ import (
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/driver"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -102,7 +103,8 @@ func Run(t *testing.T, accessType string) {
 		StateDir: filepath.Join(dir, "state"), Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), Version: "sanity"}
 	runner := podrunner.New(podrunner.Config{Client: client, Provisioner: "pav-sanity",
 		ReportImage: "pav:sanity", PodTimeout: time.Minute})
-	svc, _, err := driver.Build(ctx, opts, driver.Deps{Client: client, Runner: runner})
+	records := recordstest.NewClient()
+	svc, _, err := driver.Build(ctx, opts, driver.Deps{Client: client, Dynamic: records, Runner: runner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +126,23 @@ func Run(t *testing.T, accessType string) {
 	sanity.Test(t, cfg)
 
 	srv.Stop()
+	// Every pod pav ran must be gone: callers remove finished pods once they
+	// have recorded the outcome.
+	if pods, err := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{}); err != nil {
+		t.Error(err)
+	} else {
+		for _, p := range pods.Items {
+			t.Errorf("pod left behind: %s/%s (phase %s)", p.Namespace, p.Name, p.Labels[podrunner.LabelPhase])
+		}
+	}
+	// And every record: each volume csi-sanity created it also deleted.
+	if vols, err := records.Resource(v1alpha1.VolumeGroupVersionResource).List(context.Background(), metav1.ListOptions{}); err != nil {
+		t.Error(err)
+	} else {
+		for _, v := range vols.Items {
+			t.Errorf("PavVolume left behind: %s", v.GetName())
+		}
+	}
 	cancel()
 	kubelet.Wait()
 	leaks(t, dir)

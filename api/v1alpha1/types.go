@@ -1,5 +1,6 @@
 // Package v1alpha1 holds the PavProvisioner API (group pav.albertofaria.github.io,
-// kept from PaV so that existing PavProvisioner YAML works unchanged).
+// kept from PaV so that existing PavProvisioner YAML works unchanged) and
+// PavVolume, the record pav keeps of each volume it provisions.
 //
 // Every phase object (volumeValidation, volumeCreation, ...) and every field inside
 // it may be a Jinja template string instead of its literal value, so the phases are

@@ -75,7 +75,7 @@ func TestRenderHelloWorld(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	pod := r.Pod
-	if pod.Spec.NodeName != "node-1" || pod.Namespace != "default" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+	if pod.Spec.NodeName != "node-1" || pod.Namespace != "pav" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Fatalf("pod placement: node %q namespace %q restart %q", pod.Spec.NodeName, pod.Namespace, pod.Spec.RestartPolicy)
 	}
 	cmd := strings.Join(pod.Spec.Containers[0].Command, " ")

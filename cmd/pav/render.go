@@ -26,9 +26,9 @@ import (
 
 // renderInputs are `pav render`'s flags.
 type renderInputs struct {
-	file, phase, pvc, sc, pv, node, handle, capacity, reportImage, stateDir string
-	params                                                                  paramFlag
-	readOnly                                                                bool
+	file, phase, pvc, sc, pv, node, handle, capacity, reportImage, stateDir, podNamespace string
+	params                                                                                paramFlag
+	readOnly                                                                              bool
 }
 
 type paramFlag map[string]string
@@ -81,6 +81,7 @@ func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.BoolVar(&in.readOnly, "read-only", false, "staging: stage read-only")
 	fs.StringVar(&in.reportImage, "report-image", "ghcr.io/pods-as-volumes/pav:latest", "image of the report sidecar in the printed pod")
 	fs.StringVar(&in.stateDir, "state-dir", "", "staging, unstaging: the node plugin's --state-dir (default /var/lib/kubelet/plugins/NAME/volumes)")
+	fs.StringVar(&in.podNamespace, "pod-namespace", podrunner.DefaultNamespace, "the driver's --pod-namespace: where pods whose template names no namespace go")
 	fs.Var(in.params, "param", "a parameter key=value (StorageClass parameters or PV volumeAttributes); repeatable, wins over --sc/--pv")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -211,7 +212,7 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			out.Note = "static validation runs on the node that stages the volume first: give --node to see its pod"
 			return out, nil
 		}
-		return out, setPod(out, ph, cfg.PodTemplate, in.reportImage, op)
+		return out, setPod(out, ph, cfg.PodTemplate, in, op)
 	case v1alpha1.PhaseCreation, v1alpha1.PhaseDeletion:
 		if err := need("--pvc", objs.PVC != nil); err != nil {
 			return nil, err
@@ -230,7 +231,7 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			}
 			out.Creation = &renderedCreation{Handle: cfg.Handle, Capacity: cfg.Capacity}
 			// external-provisioner names the volume as PaV names its default handle.
-			return out, setPod(out, ph, cfg.PodTemplate, in.reportImage, controllerOp(defHandle))
+			return out, setPod(out, ph, cfg.PodTemplate, in, controllerOp(defHandle))
 		}
 		handle, capacity := in.handle, int64(0)
 		if objs.PV != nil && objs.PV.Spec.CSI != nil {
@@ -257,7 +258,7 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 		if err != nil {
 			return nil, err
 		}
-		return out, setPod(out, ph, cfg.PodTemplate, in.reportImage, controllerOp(controllerserver.DeletionKey(handle)))
+		return out, setPod(out, ph, cfg.PodTemplate, in, controllerOp(controllerserver.DeletionKey(handle)))
 	case v1alpha1.PhaseStaging, v1alpha1.PhaseUnstaging:
 		if err := need("--pv (the PersistentVolume being staged)", objs.PV != nil && objs.PV.Spec.CSI != nil); err != nil {
 			return nil, err
@@ -284,22 +285,28 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 		if err != nil {
 			return nil, err
 		}
-		return out, setPod(out, ph, cfg.PodTemplate, in.reportImage, nodeOp(objs.Node.Name, st.Handle))
+		return out, setPod(out, ph, cfg.PodTemplate, in, nodeOp(objs.Node.Name, st.Handle))
 	}
 	return nil, fmt.Errorf("--phase must be validation, creation, deletion, staging or unstaging, got %q", in.phase)
 }
+
+// renderedToken stands for the random token the driver records, and puts on
+// the pod, before it creates it.
+const renderedToken = "<random: recorded by pav before it creates the pod>"
 
 // operationOf is the driver's operation for an evaluated pod template.
 type operationOf func(t corev1.PodTemplateSpec) podrunner.Operation
 
 // setPod builds the pod as the driver's pod runner would (podrunner.BuildPod of
 // the driver's own operation), or notes that the phase has none.
-func setPod(out *rendered, ph v1alpha1.Phase, t *corev1.PodTemplateSpec, image string, op operationOf) error {
+func setPod(out *rendered, ph v1alpha1.Phase, t *corev1.PodTemplateSpec, in renderInputs, op operationOf) error {
 	if t == nil {
 		out.Note = fmt.Sprintf("spec.%s has no podTemplate: no pod runs in this phase", ph.Field())
 		return nil
 	}
-	pod, err := podrunner.BuildPod(op(*t), image)
+	o := op(*t)
+	o.Token = renderedToken
+	pod, err := podrunner.BuildPod(o, in.reportImage, in.podNamespace)
 	if err != nil {
 		return err
 	}

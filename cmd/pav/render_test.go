@@ -20,6 +20,8 @@ import (
 	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/records"
+	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/nodeserver"
 	"github.com/pods-as-volumes/pav/podrunner"
@@ -69,10 +71,9 @@ func (r *recorder) Run(_ context.Context, op podrunner.Operation) (*podrunner.Re
 
 func (r *recorder) Delete(context.Context, podrunner.Operation) error { return nil }
 
-// pvs is a pvindex.Lookup over fixed PVs.
-type pvs map[string]*corev1.PersistentVolume
+func (r *recorder) Namespace(op podrunner.Operation) string { return op.Namespace("") }
 
-func (l pvs) ByHandle(h string) (*corev1.PersistentVolume, error) { return l[h].DeepCopy(), nil }
+func (r *recorder) Cached(string, string) (*corev1.Pod, error) { return nil, nil }
 
 // TestRenderAgreesWithTheDriver runs the controller and node plugins (with a
 // pod runner that records what they ask for) and `pav render` on the same
@@ -80,7 +81,8 @@ func (l pvs) ByHandle(h string) (*corev1.PersistentVolume, error) { return l[h].
 // podrunner.BuildPod makes of the driver's operation: same name, namespace,
 // node, /pav host path, labels, and template output.
 func TestRenderAgreesWithTheDriver(t *testing.T) {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	dir := t.TempDir()
 	const image = "registry.example/pav:test"
 	p, err := provisioner.Load([]byte(agreeProvisioner))
@@ -99,11 +101,14 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
 	rec := &recorder{ops: map[string]podrunner.Operation{}}
 	client := fake.NewClientset(pvc, sc, node)
-	lookup := pvs{}
 	src := provisioner.Static{P: p}
 
 	// The controller plugin creates the volume as external-provisioner asks.
-	ctrl := &controllerserver.Server{Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client, PVs: lookup}
+	store := records.New(recordstest.NewClient(), p.Name)
+	if err := store.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := &controllerserver.Server{Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client, Records: store}
 	name := controllerserver.DefaultHandle(pvc) // external-provisioner's default volume name
 	rwo := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
@@ -138,7 +143,17 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 			}},
 		},
 	}
-	lookup[dynPV.Spec.CSI.VolumeHandle], lookup[staticPV.Spec.CSI.VolumeHandle] = dynPV, staticPV
+	// The node plugin finds the dynamic PV by the name in its volume context,
+	// the static one through the pod on its node that uses it.
+	staticClaim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "static-claim", Namespace: "apps"},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: staticPV.Name}}
+	user := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "user", Namespace: "apps"}, Spec: corev1.PodSpec{NodeName: node.Name,
+		Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: staticClaim.Name}}}}}}
+	for _, obj := range []runtime.Object{dynPV, staticPV, staticClaim, user} {
+		if err := client.Tracker().Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: dynPV.Spec.CSI.VolumeHandle}); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +161,7 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 	// The node plugin stages and unstages both volumes (the static one is
 	// validated first).
 	stateDir := filepath.Join(dir, "state")
-	nodeSrv := &nodeserver.Server{NodeID: node.Name, StateDir: stateDir, Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client, PVs: lookup}
+	nodeSrv := &nodeserver.Server{NodeID: node.Name, StateDir: stateDir, Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client}
 	for _, pv := range []*corev1.PersistentVolume{dynPV, staticPV} {
 		staging := filepath.Join(dir, "staging", pv.Name)
 		if _, err := nodeSrv.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: staging,
@@ -187,7 +202,9 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 			if !ok {
 				t.Fatalf("the driver ran no %s; it ran %v", tc.op, keys(rec.ops))
 			}
-			want, err := podrunner.BuildPod(op, image)
+			// The token is random per pod: render shows a placeholder.
+			op.Token = renderedToken
+			want, err := podrunner.BuildPod(op, image, "")
 			if err != nil {
 				t.Fatal(err)
 			}

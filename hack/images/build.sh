@@ -2,7 +2,8 @@
 # hack/images/build.sh — build the local cluster's container images without Docker.
 #
 # Usage: hack/images/build.sh [--import] [IMAGE...]        (make images)
-#   IMAGE is any of: pause busybox csi-provisioner pav registrar (default: all)
+#   IMAGE is any of: pause busybox csi-provisioner pav registrar
+#                    loop-block encryption encrypted-fs object-bucket (default: all)
 #   --import   also load them into the local cluster's containerd
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
 #
@@ -17,6 +18,22 @@
 #   pav.local/csi-provisioner:dev  /csi-provisioner (from hack/build-tools.sh)
 #   pav.local/pav:dev              busybox + /usr/local/bin/pav (CGO_ENABLED=0 go build ./cmd/pav)
 #   pav.local/registrar:dev        /csi-node-driver-registrar = test/registrar (test-only stand-in)
+# The examples' images (examples/<name>/Dockerfile is what a user builds elsewhere, FROM
+# debian:bookworm-slim; here the same Debian packages go on top of busybox):
+#   pav.local/loop-block:dev       Debian mount util-linux e2fsprogs
+#   pav.local/encryption:dev       Debian cryptsetup-bin dmsetup util-linux jq
+#   pav.local/encrypted-fs:dev     Debian gocryptfs fuse3 util-linux
+#   pav.local/object-bucket:dev    Debian fuse3 + /usr/local/bin/rclone (hack/tools/rclone, built
+#                                  by hack/build-tools.sh)
+# Such an image is a merged-/usr tree (/bin, /sbin, /lib, /lib64 link into /usr, as in
+# debian:bookworm) with Debian's dash as /bin/sh (Debian's busybox shell runs its own applets
+# before PATH), busybox applets for the small tools, and the Depends/Pre-Depends
+# closure of its package list unpacked over it: `apt-cache depends` (first alternative; a
+# virtual package's first provider), `apt-get download` into _output/images/debs (kept and
+# reused), `dpkg-deb --fsys-tarfile | tar -x`. Maintainer scripts never run, so packages that
+# only they need (adduser, debconf, perl-base, …: DEB_EXCLUDE) are left out; a busybox applet
+# is dropped where a Debian binary of the same name exists; each image's tools run once in a
+# chroot of it (DEB_SMOKE) before it is written.
 # Pods must use imagePullPolicy Never or IfNotPresent: there is no registry.
 set -euo pipefail
 
@@ -32,20 +49,43 @@ declare -A REF=(
   [csi-provisioner]=pav.local/csi-provisioner:dev
   [pav]=pav.local/pav:dev
   [registrar]=pav.local/registrar:dev
+  [loop-block]=pav.local/loop-block:dev
+  [encryption]=pav.local/encryption:dev
+  [encrypted-fs]=pav.local/encrypted-fs:dev
+  [object-bucket]=pav.local/object-bucket:dev
 )
-ALL=(pause busybox csi-provisioner pav registrar)
+ALL=(pause busybox csi-provisioner pav registrar loop-block encryption encrypted-fs object-bucket)
+
+# The examples' images: their Debian packages, and the smoke test run in each one's chroot.
+declare -A DEB_PKGS=(
+  [loop-block]="dash mount util-linux e2fsprogs"
+  [encryption]="dash cryptsetup-bin dmsetup util-linux jq"
+  [encrypted-fs]="dash gocryptfs fuse3 util-linux"
+  [object-bucket]="dash fuse3"
+)
+declare -A DEB_SMOKE=(
+  [loop-block]="losetup --version && mkfs.ext4 -V && blockdev --version && mountpoint --version"
+  [encryption]="cryptsetup --version && command -v dmsetup && jq --version && blockdev --version && wipefs --version"
+  [encrypted-fs]="gocryptfs -version && fusermount3 --version && mountpoint --version"
+  [object-bucket]="rclone version && fusermount3 --version"
+)
+# Left out of every closure: needed only by maintainer scripts, or busybox does their job.
+DEB_EXCLUDE=" adduser passwd debconf cdebconf dpkg install-info debianutils base-files base-passwd bash coreutils sed tar perl-base libpam-modules libpam-modules-bin libpam-runtime "
+
 
 do_import=0
 images=()
 for a in "$@"; do
   case "$a" in
     --import) do_import=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]})" >&2; exit 2; }
        images+=("$a") ;;
   esac
 done
 [ "${#images[@]}" -gt 0 ] || images=("${ALL[@]}")
+
+IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin  # every image's PATH
 
 log() { echo "images: $*" >&2; }
 mkdir -p "$OUT"
@@ -78,6 +118,85 @@ rootfs_busybox() {
   [ -e "$r/bin/sh" ] || ln -sf /bin/busybox "$r/bin/sh"
 }
 
+# deb_closure PKG...: the packages to unpack for PKG..., one a line (breadth first, one
+# apt-cache call per level).
+deb_closure() {
+  local -A seen=()
+  local level=("$@") next p
+  while [ "${#level[@]}" -gt 0 ]; do
+    next=()
+    for p in "${level[@]}"; do
+      [ -z "${seen[$p]:-}" ] || continue
+      case "$DEB_EXCLUDE" in *" $p "*) continue ;; esac
+      seen[$p]=1
+      echo "$p"
+      next+=("$p")
+    done
+    [ "${#next[@]}" -gt 0 ] || break
+    mapfile -t level < <(apt-cache depends --important "${next[@]}" | awk '
+      /^[^ ]/ { in_alt = 0; want_provider = 0; next }       # a package of this level
+      /^    / { if (want_provider) { print $1; want_provider = 0 } next }
+      {
+        alt = ($0 ~ /^ \|/)         # " |Depends: a" is followed by its alternatives
+        sub(/^ *\|? *(Pre)?Depends: /, "")
+        take = !in_alt
+        in_alt = alt
+        if (!take) next
+        if ($0 ~ /^</) { want_provider = 1; next }   # virtual: its first provider follows
+        print $0
+      }' | sort -u)
+  done
+}
+
+# rootfs_debs DIR NAME: merged /usr, busybox, and the Debian packages DEB_PKGS[NAME].
+rootfs_debs() {
+  local r="$1" name="$2" debs="$OUT/debs" p v f link a d pkgs=() files=()
+  mkdir -p "$r"/usr/{bin,sbin,lib,lib64}
+  for p in bin sbin lib lib64; do ln -s "usr/$p" "$r/$p"; done
+  rootfs_busybox "$r"
+  apt-cache show libc6 >/dev/null 2>&1 || apt-get update -qq
+  # shellcheck disable=SC2086 # a word list
+  mapfile -t pkgs < <(deb_closure ${DEB_PKGS[$name]})
+  mkdir -p "$debs"
+  local -A cand=()
+  while read -r p v; do cand[$p]="$v"; done < <(apt-cache policy "${pkgs[@]}" | awk '
+    /^[^ ]/ { sub(/:$/, ""); p = $0 } /^  Candidate:/ { print p, $2 }')
+  for p in "${pkgs[@]}"; do
+    v="${cand[$p]:-}"
+    if [ -z "$v" ] || [ "$v" = "(none)" ]; then echo "no Debian package $p" >&2; exit 1; fi
+    f="$(ls "$debs/${p}_${v//:/%3a}_"*.deb 2>/dev/null | head -1 || true)"
+    if [ -z "$f" ]; then
+      (cd "$debs" && apt-get download -qq "$p=$v" 2>/dev/null) || { echo "apt-get download $p=$v failed" >&2; exit 1; }
+      f="$(ls "$debs/${p}_${v//:/%3a}_"*.deb | head -1)"
+    fi
+    files+=("$f")
+  done
+  for f in "${files[@]}"; do
+    dpkg-deb --fsys-tarfile "$f" | tar -x --keep-directory-symlink --no-same-owner -C "$r"
+  done
+  for link in $(find "$r/usr/bin" "$r/usr/sbin" -maxdepth 1 -type l -lname /bin/busybox); do
+    a="${link##*/}"
+    for d in usr/sbin usr/bin; do
+      f="$r/$d/$a"
+      if [ "$f" != "$link" ] && { [ -e "$f" ] || [ -L "$f" ]; } && [ "$(readlink "$f")" != /bin/busybox ]; then
+        rm -f "$link"; break
+      fi
+    done
+  done
+  ln -sf dash "$r/usr/bin/sh"
+  rm -rf "$r"/usr/share/{doc,man,info,locale,lintian,bug}
+  log "$name: busybox + ${#pkgs[@]} Debian packages: ${pkgs[*]}"
+}
+
+# smoke NAME ROOTFS: run the image's tools once, in a chroot of it with the host's /dev
+# (bound in a private mount namespace, so it goes away with the command).
+smoke() {
+  local out
+  out="$(unshare --mount --propagation private sh -c 'mount --bind /dev "$1/dev" && exec chroot "$1" /usr/bin/env -i PATH="$2" /bin/sh -c "$3"' \
+    _ "$2" "$IMAGE_PATH" "${DEB_SMOKE[$1]}" 2>&1)" ||
+    { echo "$1: smoke test failed: ${DEB_SMOKE[$1]}"$'\n'"$out" >&2; exit 1; }
+}
+
 # write_image NAME REF ROOTFS ENTRYPOINT_JSON CMD_JSON
 write_image() {
   local name="$1" ref="$2" rootfs="$3" entrypoint="$4" cmd="$5"
@@ -92,7 +211,7 @@ write_image() {
 
   local cfg="$lay/config.json"
   cat > "$cfg" <<EOF
-{"architecture":"amd64","os":"linux","created":"1970-01-01T00:00:00Z","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Entrypoint":$entrypoint,"Cmd":$cmd,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:$ld"]},"history":[{"created":"1970-01-01T00:00:00Z","created_by":"hack/images/build.sh $name"}]}
+{"architecture":"amd64","os":"linux","created":"1970-01-01T00:00:00Z","config":{"Env":["PATH=$IMAGE_PATH"],"Entrypoint":$entrypoint,"Cmd":$cmd,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:$ld"]},"history":[{"created":"1970-01-01T00:00:00Z","created_by":"hack/images/build.sh $name"}]}
 EOF
   local cd csize; cd=$(sha256sum "$cfg" | cut -d' ' -f1); csize=$(stat -c %s "$cfg")
   mv "$cfg" "$lay/blobs/sha256/$cd"
@@ -114,8 +233,21 @@ EOF
   log "$ref -> _output/images/$name.tar ($(( (lsize + 1023) / 1024 )) KiB, layer sha256:${ld:0:12})"
 }
 
+# deb_stamp NAME: what an example image is made of (this script, its package list, the
+# Debian package lists, the rclone binary); the image is rebuilt only when it changes.
+deb_stamp() {
+  { cat "${BASH_SOURCE[0]}"; echo "${DEB_PKGS[$1]}"
+    stat -c '%n %s %Y' /var/lib/apt/lists/*_Packages* 2>/dev/null || true
+    if [ "$1" = object-bucket ]; then sha256sum "$BIN/rclone" 2>/dev/null || echo no-rclone; fi
+  } | sha256sum | cut -d' ' -f1
+}
+
 build_one() {
   local name="$1" r="$OUT/$1.rootfs"
+  if [ -n "${DEB_PKGS[$name]:-}" ] && [ -f "$OUT/$name.tar" ] && [ "$(cat "$OUT/$name.stamp" 2>/dev/null)" = "$(deb_stamp "$name")" ]; then
+    log "${REF[$name]}: up to date"
+    return 0
+  fi
   rm -rf "$r"; mkdir -p "$r"
   rootfs_base "$r"
   case "$name" in
@@ -139,6 +271,15 @@ build_one() {
       gobuild "$BIN/registrar" ./test/registrar
       cp "$BIN/registrar" "$r/csi-node-driver-registrar"
       write_image registrar "${REF[registrar]}" "$r" '["/csi-node-driver-registrar"]' 'null' ;;
+    loop-block|encryption|encrypted-fs|object-bucket)
+      rootfs_debs "$r" "$name"
+      if [ "$name" = object-bucket ]; then
+        [ -x "$BIN/rclone" ] || { echo "$BIN/rclone missing: run make tools" >&2; exit 1; }
+        mkdir -p "$r/usr/local/bin"; cp "$BIN/rclone" "$r/usr/local/bin/rclone"
+      fi
+      smoke "$name" "$r"
+      write_image "$name" "${REF[$name]}" "$r" 'null' '["sh"]'
+      deb_stamp "$name" > "$OUT/$name.stamp" ;;
   esac
   rm -rf "$r"
 }

@@ -14,24 +14,32 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/identity"
+	"github.com/pods-as-volumes/pav/internal/hostmount"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
-	"github.com/pods-as-volumes/pav/internal/pvindex"
+	"github.com/pods-as-volumes/pav/internal/records"
 	"github.com/pods-as-volumes/pav/internal/templating"
 	"github.com/pods-as-volumes/pav/nodeserver"
 	"github.com/pods-as-volumes/pav/podrunner"
@@ -56,7 +64,10 @@ type Options struct {
 	HTTPEndpoint    string // "" = none
 	ReportImage     string // "" = this pod's own pav image
 	StateDir        string // node: per-volume directories; "" = /var/lib/kubelet/plugins/<name>/volumes
-	Version         string
+	// PodNamespace is where pods whose template names no namespace go; "" =
+	// this pod's namespace ($POD_NAMESPACE), else podrunner.DefaultNamespace.
+	PodNamespace string
+	Version      string
 }
 
 // Validate checks the flags and names the one to fix.
@@ -74,6 +85,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--endpoint is required, e.g. unix:///csi/csi.sock")
 	case o.PodTimeout < 0:
 		return fmt.Errorf("--pod-timeout must not be negative")
+	case o.PodNamespace != "" && len(validation.IsDNS1123Label(o.PodNamespace)) > 0:
+		return fmt.Errorf("--pod-namespace %q is not a namespace name: %s", o.PodNamespace, strings.Join(validation.IsDNS1123Label(o.PodNamespace), "; "))
 	}
 	return nil
 }
@@ -95,9 +108,13 @@ type Services struct {
 // Deps are what Build needs from outside: real clients in `pav driver`, fakes in
 // the sanity suite.
 type Deps struct {
-	Client  kubernetes.Interface // nil: no Kubernetes at all
-	Dynamic dynamic.Interface    // for watching the PavProvisioner; nil with a file
+	Client kubernetes.Interface // nil: no Kubernetes at all
+	// Dynamic watches the PavProvisioner (unless it comes from a file) and,
+	// in controller mode, keeps the PavVolume records.
+	Dynamic dynamic.Interface
 	Runner  *podrunner.Runner
+	// Recorder gets the node plugin's events about volumes; nil = none.
+	Recorder record.EventRecorder
 }
 
 // Build assembles and starts (informers) the services. It returns once the
@@ -123,24 +140,8 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		pvcs = pvcGetter{d.Client}
 	}
 	eval := phase.NewEvaluator(pvcs)
-	var pvIndex *pvindex.Index
-	if d.Client != nil {
-		pvIndex = pvindex.New(d.Client, name)
-		if err := pvIndex.Start(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := d.Runner.Start(ctx); err != nil {
-		return nil, nil, err
-	}
 	svc := &Services{Identity: &identity.Server{Name: name, Version: o.Version, Controller: o.Mode != ModeNode,
 		Ready: func(ctx context.Context) error { return ready(ctx, src, d.Client) }}}
-	if o.Mode != ModeNode {
-		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Client: d.Client}
-		if pvIndex != nil {
-			svc.Controller.PVs = pvIndex
-		}
-	}
 	if o.Mode != ModeController {
 		stateDir := o.StateDir
 		if stateDir == "" {
@@ -149,10 +150,32 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		if err := os.MkdirAll(stateDir, 0o750); err != nil {
 			return nil, nil, err
 		}
-		svc.Node = &nodeserver.Server{NodeID: o.NodeID, StateDir: stateDir, Source: src, Eval: eval, Pods: d.Runner, Client: d.Client}
-		if pvIndex != nil {
-			svc.Node.PVs = pvIndex
+		boot, err := hostmount.BootID()
+		if err != nil {
+			return nil, nil, err
 		}
+		svc.Node = &nodeserver.Server{NodeID: o.NodeID, StateDir: stateDir, Source: src, Eval: eval, Pods: d.Runner,
+			Client: d.Client, Recorder: d.Recorder, BootID: boot}
+		// Before the runner starts, so that its initial list reports staging
+		// pods that ended while the node plugin was down.
+		svc.Node.WatchStagingPods(d.Runner)
+	}
+	if err := d.Runner.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	if svc.Node != nil {
+		// Staging pods deleted while the node plugin was down left no event.
+		svc.Node.Sweep()
+	}
+	if o.Mode != ModeNode {
+		if d.Dynamic == nil {
+			return nil, nil, errors.New("the controller plugin keeps its volume records (PavVolumes) in the Kubernetes API: it needs a dynamic client")
+		}
+		recs := records.New(d.Dynamic, name)
+		if err := recs.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Client: d.Client}
 	}
 	return svc, src, nil
 }
@@ -236,7 +259,6 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	var d Deps
-	var name string
 	if o.ProvisionerFile == "" || o.Kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 		cfg, err := restConfig(o.Kubeconfig)
 		if err != nil {
@@ -253,7 +275,7 @@ func Run(ctx context.Context, o Options) error {
 	if d.Client == nil {
 		return errors.New("pav driver runs pods and needs the Kubernetes API: give --kubeconfig or run in a cluster")
 	}
-	name = o.Provisioner
+	name := o.Provisioner
 	if name == "" {
 		p, err := provisioner.LoadFile(o.ProvisionerFile)
 		if err != nil {
@@ -261,37 +283,21 @@ func Run(ctx context.Context, o Options) error {
 		}
 		name = p.Name
 	}
-	if o.ReportImage == "" {
-		img, err := ownImage(ctx, d.Client)
-		if err != nil {
-			return fmt.Errorf("cannot tell the pav image for the report sidecar (set --report-image): %w", err)
-		}
-		o.ReportImage = img
+	if o.PodNamespace == "" {
+		o.PodNamespace = os.Getenv("POD_NAMESPACE")
 	}
-	runnerNode := ""
-	if o.Mode == ModeNode {
-		runnerNode = o.NodeID
+	if o.PodNamespace == "" {
+		o.PodNamespace = podrunner.DefaultNamespace
 	}
-	d.Runner = podrunner.New(podrunner.Config{Client: d.Client, Provisioner: name, NodeName: runnerNode,
-		ReportImage: o.ReportImage, PodTimeout: o.PodTimeout})
 
-	svc, _, err := Build(ctx, o, d)
-	if err != nil {
-		return err
-	}
+	// The HTTP endpoint comes first: /livez must answer while the rest
+	// starts (or waits for the API server), or the kubelet would kill a
+	// driver that is merely waiting.
 	mm := metrics.NewCSIMetricsManagerForPlugin(name)
 	podrunner.RegisterMetrics(mm.GetRegistry())
+	var built atomic.Pointer[Services]
 	if o.HTTPEndpoint != "" {
-		mux := http.NewServeMux()
-		mm.RegisterToServer(mux, "/metrics")
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			if err := svc.Identity.Ready(r.Context()); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = w.Write([]byte("ok\n"))
-		})
-		hs := &http.Server{Addr: o.HTTPEndpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		hs := &http.Server{Addr: o.HTTPEndpoint, Handler: healthMux(mm, &built), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				klog.ErrorS(err, "HTTP endpoint failed", "address", o.HTTPEndpoint)
@@ -299,6 +305,40 @@ func Run(ctx context.Context, o Options) error {
 		}()
 		defer hs.Close()
 	}
+
+	if o.ReportImage == "" {
+		// Retried: the API server may be briefly unreachable at start, and
+		// exiting would only crash-loop.
+		var lastErr error
+		_ = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 8, Cap: 30 * time.Second},
+			func(ctx context.Context) (bool, error) {
+				o.ReportImage, lastErr = ownImage(ctx, d.Client)
+				if lastErr != nil {
+					klog.InfoS("Cannot read this pod to learn the pav image yet", "err", lastErr)
+				}
+				return lastErr == nil || errors.Is(lastErr, errNoPodEnv), nil
+			})
+		if lastErr != nil {
+			return fmt.Errorf("cannot tell the pav image for the report sidecar (set --report-image): %w", lastErr)
+		}
+	}
+	runnerNode := ""
+	if o.Mode == ModeNode {
+		runnerNode = o.NodeID
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "pav-" + name, Host: o.NodeID})
+	d.Recorder = recorder
+	d.Runner = podrunner.New(podrunner.Config{Client: d.Client, Provisioner: name, NodeName: runnerNode,
+		ReportImage: o.ReportImage, PodTimeout: o.PodTimeout, DefaultNamespace: o.PodNamespace, Recorder: recorder})
+
+	svc, _, err := Build(ctx, o, d)
+	if err != nil {
+		return err
+	}
+	built.Store(svc)
 	lis, err := Listen(o.Endpoint)
 	if err != nil {
 		return err
@@ -308,8 +348,41 @@ func Run(ctx context.Context, o Options) error {
 		<-ctx.Done()
 		srv.GracefulStop()
 	}()
-	klog.InfoS("pav driver serving", "driver", name, "mode", o.Mode, "endpoint", o.Endpoint, "node", o.NodeID, "version", o.Version)
+	klog.InfoS("pav driver serving", "driver", name, "mode", o.Mode, "endpoint", o.Endpoint, "node", o.NodeID,
+		"podNamespace", o.PodNamespace, "version", o.Version)
 	return srv.Serve(lis)
+}
+
+// healthMux serves /metrics and the probes:
+//
+//   - /livez answers 200 as long as the process serves HTTP: it asks nothing of
+//     the API server or the PavProvisioner, so that an API outage or an invalid
+//     provisioner never gets a driver killed (a restart would not help, and
+//     would stop the staging pods' users from being served meanwhile);
+//   - /readyz (and its old name /healthz) answers 200 once the services are
+//     built (informers synced: pods, records), the PavProvisioner is loaded
+//     and valid, and the API server answers; else 503 with the reason.
+func healthMux(mm metrics.CSIMetricsManager, built *atomic.Pointer[Services]) *http.ServeMux {
+	mux := http.NewServeMux()
+	mm.RegisterToServer(mux, "/metrics")
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	ready := func(w http.ResponseWriter, r *http.Request) {
+		svc := built.Load()
+		if svc == nil {
+			http.Error(w, "starting: informers not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+		if err := svc.Identity.Ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	}
+	mux.HandleFunc("/readyz", ready)
+	mux.HandleFunc("/healthz", ready)
+	return mux
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -323,13 +396,15 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+var errNoPodEnv = errors.New("POD_NAME and POD_NAMESPACE are not set")
+
 // ownImage finds the image of the container running this binary (POD_NAME and
 // POD_NAMESPACE from the downward API, container "pav"), so the report sidecar
 // always matches the driver's version, whatever the kustomize image overrides say.
 func ownImage(ctx context.Context, client kubernetes.Interface) (string, error) {
 	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 	if name == "" || ns == "" {
-		return "", errors.New("POD_NAME and POD_NAMESPACE are not set")
+		return "", errNoPodEnv
 	}
 	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {

@@ -2,9 +2,13 @@ package driver
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/pods-as-volumes/pav/identity"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -45,6 +51,8 @@ func TestOptionsValidate(t *testing.T) {
 		{func(o *Options) { o.Endpoint = "" }, "--endpoint"},
 		{func(o *Options) { o.PodTimeout = -time.Second }, "--pod-timeout"},
 		{func(o *Options) { o.NodeID, o.Mode = "", ModeController }, ""},
+		{func(o *Options) { o.PodNamespace = "Pav_System" }, "--pod-namespace"},
+		{func(o *Options) { o.PodNamespace = "pav-system" }, ""},
 	} {
 		o := ok
 		tc.mut(&o)
@@ -76,7 +84,7 @@ func TestServeOverSocket(t *testing.T) {
 	}
 	defer func() { cancel(); kubelet.Wait() }()
 	o := Options{Mode: ModeController, ProvisionerFile: file, Endpoint: "unix://" + filepath.Join(dir, "csi.sock")}
-	svc, src, err := Build(ctx, o, Deps{Client: client, Runner: podrunner.New(podrunner.Config{Client: client, Provisioner: "demo", ReportImage: "pav:test"})})
+	svc, src, err := Build(ctx, o, Deps{Client: client, Dynamic: recordstest.NewClient(), Runner: podrunner.New(podrunner.Config{Client: client, Provisioner: "demo", ReportImage: "pav:test"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,5 +135,49 @@ func TestServeOverSocket(t *testing.T) {
 	all := strings.Join(names, " ")
 	if !strings.Contains(all, "csi_plugin_operations_seconds") {
 		t.Fatalf("csi_plugin_operations_seconds missing from %s", all)
+	}
+}
+
+// TestProbes is finding 8: liveness never depends on the API server or the
+// PavProvisioner (a driver waiting for either must not be killed), readiness
+// does.
+func TestProbes(t *testing.T) {
+	var built atomic.Pointer[Services]
+	mux := healthMux(metrics.NewCSIMetricsManagerForPlugin("demo"), &built)
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	var readyErr error
+	for _, tc := range []struct {
+		name      string
+		built     bool
+		readyErr  error
+		wantReady int
+		wantMsg   string
+	}{
+		{name: "starting (informers syncing, or the API server unreachable)", wantReady: 503, wantMsg: "starting"},
+		{name: "API server down", built: true, readyErr: errors.New("the Kubernetes API is not reachable: connection refused"), wantReady: 503, wantMsg: "not reachable"},
+		{name: "PavProvisioner invalid", built: true, readyErr: errors.New(`PavProvisioner "demo" is invalid: spec.volumeStaging`), wantReady: 503, wantMsg: "invalid"},
+		{name: "ready", built: true, wantReady: 200, wantMsg: "ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			readyErr = tc.readyErr
+			if tc.built {
+				built.Store(&Services{Identity: &identity.Server{Ready: func(context.Context) error { return readyErr }}})
+			}
+			if code, body := get("/livez"); code != 200 || body != "ok\n" {
+				t.Errorf("/livez = %d %q, want 200 whatever the state", code, body)
+			}
+			for _, path := range []string{"/readyz", "/healthz"} {
+				if code, body := get(path); code != tc.wantReady || !strings.Contains(body, tc.wantMsg) {
+					t.Errorf("%s = %d %q, want %d %q", path, code, body, tc.wantReady, tc.wantMsg)
+				}
+			}
+		})
+	}
+	if code, _ := get("/metrics"); code != 200 {
+		t.Errorf("/metrics = %d", code)
 	}
 }

@@ -34,7 +34,7 @@ func createPod(t *testing.T, ctx context.Context, client *fake.Clientset) (*core
 	pod, err := podrunner.BuildPod(podrunner.Operation{
 		Provisioner: "p", Phase: v1alpha1.PhaseCreation, VolumeKey: "k",
 		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "x"}}}},
-	}, "img")
+	}, "img", "default")
 	if err != nil {
 		t.Fatal(err)
 	}

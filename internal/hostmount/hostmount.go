@@ -232,3 +232,64 @@ func Usage(path string) (FSUsage, error) {
 	bs := int64(st.Bsize)
 	return FSUsage{Bytes: int64(st.Blocks) * bs, BytesFree: int64(st.Bavail) * bs, Inodes: int64(st.Files), InodesFree: int64(st.Ffree)}, nil
 }
+
+// RemoveAll removes root and everything below it, like os.RemoveAll, but
+// never goes through a mount: a mount left below root (a staging pod's bind
+// of a backend directory, say, had an unmount been missed) would otherwise
+// have the backend's files deleted. It refuses, naming the mount, and removes
+// nothing below it.
+func RemoveAll(root string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); errors.Is(err, unix.ENOENT) {
+		return nil
+	} else if err != nil {
+		return &os.PathError{Op: "lstat", Path: root, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return os.Remove(root)
+	}
+	if err := refuseMount(root, st.Dev); err != nil {
+		return err
+	}
+	return removeTree(root, st.Dev)
+}
+
+// refuseMount fails if dir is on another device than dev, or the root of a
+// mount (a bind mount within one file system keeps its st_dev).
+func refuseMount(dir string, dev uint64) error {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE, &stx); err != nil {
+		return &os.PathError{Op: "statx", Path: dir, Err: err}
+	}
+	mountRoot := stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	if mountRoot || unix.Mkdev(stx.Dev_major, stx.Dev_minor) != dev {
+		return fmt.Errorf("not removing %s: it is a mount point (unmount it first)", dir)
+	}
+	return nil
+}
+
+func removeTree(dir string, dev uint64) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if e.IsDir() {
+			if err := refuseMount(p, dev); err != nil {
+				return err
+			}
+			if err := removeTree(p, dev); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -138,3 +138,62 @@ func TestUnescapeOctal(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoveAllNeverCrossesAMount: a mount left in a directory being removed
+// keeps its files; the rest goes once it is unmounted.
+func TestRemoveAllNeverCrossesAMount(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	backend, victim := filepath.Join(dir, "backend"), filepath.Join(dir, "vol")
+	mp := filepath.Join(victim, "pav", "volume")
+	for _, d := range []string{backend, mp} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(backend, "data"), []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, "state.json"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = UnmountAll(dir) })
+	for name, mount := range map[string]func() error{
+		"bind mount":  func() error { return Bind(backend, mp, false) },
+		"file system": func() error { return unix.Mount("tmpfs", mp, "tmpfs", 0, "size=1m") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := mount(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(mp, "inside"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := RemoveAll(victim)
+			if err == nil || !strings.Contains(err.Error(), "mount point") {
+				t.Fatalf("RemoveAll through a mount: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(mp, "inside")); err != nil {
+				t.Fatalf("a file inside the mount was removed: %v", err)
+			}
+			if err := RemoveAll(mp); err == nil {
+				t.Fatal("RemoveAll of a mount point itself succeeded")
+			}
+			if err := Unmount(mp); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if b, err := os.ReadFile(filepath.Join(backend, "data")); err != nil || string(b) != "precious" {
+		t.Fatalf("backend data: %q, %v", b, err)
+	}
+	if err := RemoveAll(victim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(victim); !os.IsNotExist(err) {
+		t.Fatalf("not removed: %v", err)
+	}
+	if err := RemoveAll(victim); err != nil {
+		t.Fatalf("removing what is gone: %v", err)
+	}
+}

@@ -58,6 +58,7 @@ type Controller struct {
 	csiDrivers   storagelisters.CSIDriverLister
 	pvs          cache.Indexer
 	pods         cache.Indexer
+	records      cache.Indexer
 	guards       []guard
 
 	start  []func(<-chan struct{})
@@ -104,7 +105,16 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c.pods = podInf.GetIndexer()
-	c.guards = []guard{pvGuard(c.pvs), podGuard(c.pods)}
+	// Records of volumes (PavVolumes, labelled with their provisioner): they exist
+	// from the start of CreateVolume until DeleteVolume or the revert of a failed
+	// creation is done, also while no PV exists (creation in progress, a PV deleted
+	// behind the driver's back).
+	volInf := dyn.ForResource(v1alpha1.VolumeGroupVersionResource).Informer()
+	if err := volInf.AddIndexers(cache.Indexers{indexByProvisioner: recordByProvisioner}); err != nil {
+		return nil, err
+	}
+	c.records = volInf.GetIndexer()
+	c.guards = []guard{pvGuard(c.pvs), podGuard(c.pods), recordGuard(c.records)}
 
 	for _, h := range []struct {
 		inf  cache.SharedIndexInformer
@@ -116,6 +126,7 @@ func New(cfg Config) (*Controller, error) {
 		{csiInf.Informer(), func(o any) []string { return nameOf(o) }},
 		{pvInf, pvKeys},
 		{podInf, podKeys},
+		{volInf, func(o any) []string { k, _ := recordByProvisioner(o); return k }},
 	} {
 		keys := h.keys
 		enqueue := func(o any) {

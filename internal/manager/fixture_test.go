@@ -53,7 +53,7 @@ func newFixture(t *testing.T, s Settings, objs ...runtime.Object) *fixture {
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, kube: kubefake.NewClientset(objs...),
 		dyn: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "PavProvisionerList"}),
+			map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "PavProvisionerList", v1alpha1.VolumeGroupVersionResource: "PavVolumeList"}),
 		events: record.NewFakeRecorder(100)}
 	f.dyn.PrependReactor("patch", v1alpha1.Resource, applyAsMergePatch(f.dyn.Tracker()))
 	c, err := New(Config{Kube: f.kube, Dynamic: f.dyn, Namespace: ns, Settings: s, Recorder: f.events})
@@ -147,6 +147,30 @@ func (f *fixture) create(u *unstructured.Unstructured) {
 		f.t.Fatal(err)
 	}
 	f.settle()
+}
+
+// record creates a PavVolume of provisioner in phase and waits for the informer.
+func (f *fixture) record(name, provisioner string, phase v1alpha1.VolumePhase) {
+	f.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.VolumeKind,
+		"metadata": map[string]any{"name": name, "labels": map[string]any{v1alpha1.LabelVolumeProvisioner: provisioner}},
+		"spec":     map[string]any{"provisioner": provisioner, "volumeName": name},
+		"status":   map[string]any{"phase": string(phase)},
+	}}
+	if _, err := f.dyn.Resource(v1alpha1.VolumeGroupVersionResource).Create(f.ctx, u, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok, _ := f.c.records.GetByKey(name); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("PavVolume %s not in the manager's cache", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // edit changes the stored PavProvisioner (keeping its finalizers and status,

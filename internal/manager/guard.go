@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -20,13 +21,14 @@ import (
 //   - a static PV of its driver bound to a claim: a pod may stage it at any
 //     moment. A Released or Available static PV does not block: its storage is
 //     the user's, and PaV let such a provisioner go as well;
+//   - a volume record (PavVolume) of the provisioner: a volume being created,
+//     reverted or deleted, or one whose PV is gone before DeleteVolume ran;
 //   - one of pav's pods of the provisioner that has not finished, and every
 //     staging pod: a staging pod stays until its volume is unstaged, so it is how
 //     the manager knows a volume (static ones too) is still staged on a node, and
 //     an operation in progress must be allowed to finish.
 //
-// Each guard is one informer index and one function; another kind of record
-// (issue 12's PavVolume) is one more guard in Controller.guards.
+// Each guard is one informer index and one function (Controller.guards).
 type guard func(provisioner string) ([]string, error)
 
 // Index names of the manager's informers.
@@ -98,6 +100,41 @@ func podGuard(pods cache.Indexer) guard {
 			default:
 				out = append(out, fmt.Sprintf("%s pod %s/%s (%s)", ph, pod.Namespace, pod.Name, pod.Status.Phase))
 			}
+		}
+		return out, nil
+	}
+}
+
+// recordByProvisioner indexes PavVolumes (unstructured, from the dynamic
+// informer) by their provisioner label.
+func recordByProvisioner(obj any) ([]string, error) {
+	if m, ok := object(obj); ok && m.GetLabels()[v1alpha1.LabelVolumeProvisioner] != "" {
+		return []string{m.GetLabels()[v1alpha1.LabelVolumeProvisioner]}, nil
+	}
+	return nil, nil
+}
+
+// recordGuard: the provisioner's volume records.
+func recordGuard(records cache.Indexer) guard {
+	return func(provisioner string) ([]string, error) {
+		objs, err := records.ByIndex(indexByProvisioner, provisioner)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, o := range objs {
+			m, ok := object(o)
+			if !ok {
+				continue
+			}
+			phase := ""
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
+			}
+			if phase == "" {
+				phase = "new"
+			}
+			out = append(out, fmt.Sprintf("PavVolume %s (%s)", m.GetName(), phase))
 		}
 		return out, nil
 	}

@@ -330,7 +330,8 @@ func TestDeletionGuard(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		objs    []runtime.Object
-		blocked []string // substrings of the Terminating message; none: not blocked
+		records map[string]string // PavVolumes: name -> provisioner
+		blocked []string          // substrings of the Terminating message; none: not blocked
 	}{
 		{name: "nothing"},
 		{name: "dynamic PV bound", objs: []runtime.Object{dynamicPV("pv-1", "p1", corev1.VolumeBound)}, blocked: []string{"PV pv-1 (Bound)"}},
@@ -342,6 +343,8 @@ func TestDeletionGuard(t *testing.T) {
 		{name: "staging pod finished (volume staged)", objs: []runtime.Object{pavPod("s1", "p1", "staging", corev1.PodSucceeded)}, blocked: []string{"staging pod ns1/s1", "node1"}},
 		{name: "creation pod running", objs: []runtime.Object{pavPod("c1", "p1", "creation", corev1.PodRunning)}, blocked: []string{"creation pod ns1/c1 (Running)"}},
 		{name: "creation pod finished", objs: []runtime.Object{pavPod("c1", "p1", "creation", corev1.PodSucceeded)}},
+		{name: "volume record, no PV yet (creation in progress)", records: map[string]string{"pvc-1": "p1"}, blocked: []string{"PavVolume pvc-1 (Creating)"}},
+		{name: "another provisioner's volume record", records: map[string]string{"pvc-1": "p2"}},
 		{name: "another provisioner's pod", objs: []runtime.Object{pavPod("s1", "p2", "staging", corev1.PodRunning)}},
 		{name: "many", objs: []runtime.Object{
 			dynamicPV("pv-1", "p1", corev1.VolumeBound), dynamicPV("pv-2", "p1", corev1.VolumeBound), dynamicPV("pv-3", "p1", corev1.VolumeBound),
@@ -350,6 +353,9 @@ func TestDeletionGuard(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, Settings{}, tc.objs...)
+			for name, p := range tc.records {
+				f.record(name, p, v1alpha1.VolumeCreating)
+			}
 			f.create(provisioner("p1", "uid-1", 1))
 			mustReconcile(t, f, "p1")
 			f.drainEvents()

@@ -30,12 +30,6 @@ import (
 // provisioner; edits apply; deletion is guarded (spec §6) and leaves nothing;
 // a manager killed mid-reconcile converges.
 
-// kubectl runs the cluster's kubectl, as a user would, and returns its output.
-func kubectl(t *testing.T, args ...string) string {
-	t.Helper()
-	return run(t, filepath.Join(repo, "_output", "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
-}
-
 // kubectlErr runs kubectl and returns its output and error (for commands that may fail).
 func kubectlErr(args ...string) (string, error) {
 	out, err := exec.Command(filepath.Join(repo, "_output", "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()

@@ -63,7 +63,12 @@ func TestRetainIsNeverDeleted(t *testing.T) {
 	sc := e.storageClass(nil, corev1.PersistentVolumeReclaimRetain)
 	e.claim("kept", sc, claimOpts{})
 	pv := e.waitBound("kept")
-	t.Cleanup(func() { _ = client.CoreV1().PersistentVolumes().Delete(e.ctx, pv.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = client.CoreV1().PersistentVolumes().Delete(e.ctx, pv.Name, metav1.DeleteOptions{})
+		// The volume is kept, and so is pav's record of it (what deleting it
+		// would need): an operator done with it deletes both.
+		_ = dyn.Resource(v1alpha1.VolumeGroupVersionResource).Delete(e.ctx, v1alpha1.VolumeRecordName(pv.Name), metav1.DeleteOptions{})
+	})
 	e.deleteClaim("kept")
 	e.poll("PV Released", func() (bool, error) {
 		p, err := client.CoreV1().PersistentVolumes().Get(e.ctx, pv.Name, metav1.GetOptions{})
@@ -75,6 +80,9 @@ func TestRetainIsNeverDeleted(t *testing.T) {
 	}
 	if _, ok := marker("deleted", pv.Spec.CSI.VolumeHandle); ok {
 		t.Fatal("the deletion pod ran for a Retain volume")
+	}
+	if v, err := record(e.ctx, pv.Name); err != nil || v == nil || v.Status.Phase != v1alpha1.VolumeCreated {
+		t.Fatalf("the record of a retained volume: %+v, %v", v, err)
 	}
 }
 

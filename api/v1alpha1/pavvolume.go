@@ -1,0 +1,219 @@
+package v1alpha1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// PavVolume names the record pav keeps of each dynamically provisioned volume.
+const (
+	VolumeKind      = "PavVolume"
+	VolumeResource  = "pavvolumes"
+	VolumeShortName = "pavvol"
+
+	// LabelVolumeProvisioner, on a PavVolume, is the provisioner that owns it
+	// (a driver's informer selects its own records on it).
+	LabelVolumeProvisioner = GroupName + "/provisioner"
+	// LabelVolumeHandle, on a PavVolume, is HandleLabel(status.handle), set
+	// once the handle is known: DeleteVolume finds the record by it.
+	LabelVolumeHandle = GroupName + "/handle"
+)
+
+// VolumeGroupVersionResource and VolumeGroupVersionKind are PavVolume's.
+var (
+	VolumeGroupVersionResource = SchemeGroupVersion.WithResource(VolumeResource)
+	VolumeGroupVersionKind     = SchemeGroupVersion.WithKind(VolumeKind)
+)
+
+// PavVolume is pav's record of one dynamically provisioned volume: what it was
+// created from and every later phase needs (spec, written once), and how far
+// its life has come (status). It is cluster-scoped and only pav's controller
+// ServiceAccount may write it, unlike a PVC annotation, which any tenant who
+// may edit the claim can forge. It exists from the start of CreateVolume until
+// DeleteVolume (or the revert of a failed creation) has finished.
+//
+// There is no status subresource: pav is the only writer, and each transition
+// is one Update guarded by resourceVersion.
+type PavVolume struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   PavVolumeSpec   `json:"spec"`
+	Status PavVolumeStatus `json:"status,omitempty"`
+}
+
+// PavVolumeSpec is the snapshot CreateVolume took: the CSI request and, with
+// external-provisioner's --extra-create-metadata, the claim and its
+// StorageClass. Deletion and reverts evaluate their templates on it, so they
+// see what creation saw, whether or not the PVC or StorageClass still exist.
+type PavVolumeSpec struct {
+	// Provisioner is the PavProvisioner (and CSI driver) that owns the volume.
+	Provisioner string `json:"provisioner"`
+	// VolumeName is the CSI volume name (external-provisioner's pvc-<uid>).
+	VolumeName string `json:"volumeName"`
+	// Claim is "namespace/name" of the PVC, if known (for people: kubectl get).
+	Claim string `json:"claim,omitempty"`
+
+	RequestedVolumeMode  corev1.PersistentVolumeMode         `json:"requestedVolumeMode"`
+	RequestedAccessModes []corev1.PersistentVolumeAccessMode `json:"requestedAccessModes,omitempty"`
+	RequestedMinCapacity int64                               `json:"requestedMinCapacity"`
+	RequestedMaxCapacity *int64                              `json:"requestedMaxCapacity,omitempty"`
+	// Params are the StorageClass parameters the user wrote (no sidecar keys).
+	Params map[string]string `json:"params,omitempty"`
+	// DefaultHandle is pvc-<PVC uid> (or the volume name without a PVC).
+	DefaultHandle string `json:"defaultHandle"`
+	// PVC and SC are the claim and StorageClass as creation saw them, trimmed
+	// of managedFields and kubectl's last-applied annotation.
+	PVC *corev1.PersistentVolumeClaim `json:"pvc,omitempty"`
+	SC  *storagev1.StorageClass       `json:"sc,omitempty"`
+}
+
+// VolumePhase is how far a volume's life has come.
+type VolumePhase string
+
+const (
+	// VolumeValidating: the validation pod runs (or is about to).
+	VolumeValidating VolumePhase = "Validating"
+	// VolumeCreating: validation passed; the creation pod runs.
+	VolumeCreating VolumePhase = "Creating"
+	// VolumeCreated: the volume exists; status.handle and capacity are final.
+	VolumeCreated VolumePhase = "Created"
+	// VolumeReverting: creation failed for good; the deletion pod undoes it.
+	VolumeReverting VolumePhase = "Reverting"
+	// VolumeDeleting: DeleteVolume runs the deletion pod.
+	VolumeDeleting VolumePhase = "Deleting"
+)
+
+// Reasons of a failed creation (PavVolumeStatus.Reason).
+const (
+	// ReasonCreationFailed: the creation pod failed (or timed out, or could
+	// not be scheduled or pull its image).
+	ReasonCreationFailed = "CreationFailed"
+	// ReasonInvalidCreationOutput: the creation pod succeeded but left an
+	// unusable /pav/handle or /pav/capacity.
+	ReasonInvalidCreationOutput = "InvalidCreationOutput"
+	// ReasonCapacityOutOfRange: the created volume's capacity is unknown or
+	// outside the requested range.
+	ReasonCapacityOutOfRange = "CapacityOutOfRange"
+)
+
+// PodOutcome is what became of a pod pav ran for a volume.
+type PodOutcome string
+
+const (
+	// PodRunning: no outcome recorded yet (the pod runs, or is about to).
+	PodRunning PodOutcome = ""
+	// PodSucceeded and PodFailed: the recorded outcome of a finished pod.
+	PodSucceeded PodOutcome = "Succeeded"
+	PodFailed    PodOutcome = "Failed"
+	// PodLost: the pod was deleted by someone else before it finished; its
+	// outcome is unknown and the phase ran again, in a new pod.
+	PodLost PodOutcome = "Lost"
+)
+
+// PavVolumeStatus is the state of a volume's life.
+type PavVolumeStatus struct {
+	Phase VolumePhase `json:"phase,omitempty"`
+	// Handle and Capacity (bytes) of the created volume, once known (Created,
+	// and Reverting when creation got that far).
+	Handle   string `json:"handle,omitempty"`
+	Capacity int64  `json:"capacity,omitempty"`
+	// Reason is why creation failed, while the volume is Reverting (one of
+	// the Reason* constants): the failure the caller gets once the revert is
+	// done, whatever restarts come in between.
+	Reason string `json:"reason,omitempty"`
+	// Message is the last failure, as the user saw it in the PVC's events.
+	Message string `json:"message,omitempty"`
+	// Pods are the pods pav ran or runs for the volume, one entry per pod,
+	// recorded before each pod is asked for.
+	Pods []VolumePod `json:"pods,omitempty"`
+}
+
+// VolumePod is the identity of one pod pav ran for a volume: only a pod with
+// this UID (or, until the UID is recorded, this token) is ever adopted or
+// deleted as this phase's pod.
+type VolumePod struct {
+	Phase     Phase      `json:"phase"`
+	Namespace string     `json:"namespace"`
+	Name      string     `json:"name"`
+	Token     string     `json:"token"`
+	UID       types.UID  `json:"uid,omitempty"`
+	Outcome   PodOutcome `json:"outcome,omitempty"`
+}
+
+// Pod returns the last pod entry of a phase, or nil.
+func (s *PavVolumeStatus) Pod(ph Phase) *VolumePod {
+	for i := len(s.Pods) - 1; i >= 0; i-- {
+		if s.Pods[i].Phase == ph {
+			return &s.Pods[i]
+		}
+	}
+	return nil
+}
+
+// VolumeRecordName is the PavVolume name of a CSI volume name: the name itself
+// when it is a DNS subdomain (external-provisioner's pvc-<uid>, so that
+// `kubectl get pavvol` lines up with `kubectl get pv`), else v-<32 hex digits of
+// its SHA-256>.
+func VolumeRecordName(volumeName string) string {
+	if len(validation.NameIsDNSSubdomain(volumeName, false)) == 0 {
+		return volumeName
+	}
+	sum := sha256.Sum256([]byte(volumeName))
+	return "v-" + hex.EncodeToString(sum[:16])
+}
+
+// HandleLabel is the value of LabelVolumeHandle for a handle: handles are
+// arbitrary strings, label values are not.
+func HandleLabel(handle string) string {
+	sum := sha256.Sum256([]byte(handle))
+	return hex.EncodeToString(sum[:16])
+}
+
+// PavVolumeList is a list of PavVolumes.
+type PavVolumeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PavVolume `json:"items"`
+}
+
+// DeepCopyObject implements runtime.Object.
+func (v *PavVolume) DeepCopyObject() runtime.Object { return v.DeepCopy() }
+
+// DeepCopy copies the record through JSON, as PavProvisioner does: the record
+// holds whole API objects, and it is copied once per transition.
+func (v *PavVolume) DeepCopy() *PavVolume {
+	if v == nil {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // cannot happen: every field marshals
+	}
+	out := &PavVolume{}
+	if err := json.Unmarshal(b, out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *PavVolumeList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &PavVolumeList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	for i := range l.Items {
+		out.Items = append(out.Items, *l.Items[i].DeepCopy())
+	}
+	return out
+}

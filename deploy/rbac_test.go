@@ -1,0 +1,126 @@
+package deploy
+
+import (
+	"bytes"
+	"os"
+	"slices"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// rbac is deploy/base/rbac.yaml: roles by name, and which ServiceAccount each
+// binding gives which role.
+type rbac struct {
+	roles    map[string][]rbacv1.PolicyRule
+	bindings map[string][]string // ServiceAccount → role names
+}
+
+func loadRBAC(t *testing.T) *rbac {
+	t.Helper()
+	b, err := os.ReadFile("base/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rbac{roles: map[string][]rbacv1.PolicyRule{}, bindings: map[string][]string{}}
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			t.Fatal(err)
+		}
+		switch tm.Kind {
+		case "ClusterRole", "Role":
+			var role rbacv1.ClusterRole
+			if err := yaml.UnmarshalStrict(doc, &role); err != nil {
+				t.Fatal(err)
+			}
+			r.roles[role.Name] = role.Rules
+		case "ClusterRoleBinding", "RoleBinding":
+			var rb rbacv1.ClusterRoleBinding
+			if err := yaml.UnmarshalStrict(doc, &rb); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range rb.Subjects {
+				r.bindings[s.Name] = append(r.bindings[s.Name], rb.RoleRef.Name)
+			}
+		}
+	}
+	return r
+}
+
+// can reports whether a ServiceAccount's roles allow verb on group/resource.
+func (r *rbac) can(sa, group, resource, verb string) bool {
+	for _, role := range r.bindings[sa] {
+		for _, rule := range r.roles[role] {
+			if slices.Contains(rule.APIGroups, group) && slices.Contains(rule.Resources, resource) && slices.Contains(rule.Verbs, verb) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestLeastPrivilege is finding 7: the controller and node plugins have their
+// own ServiceAccounts and roles, each with what it uses and nothing else.
+func TestLeastPrivilege(t *testing.T) {
+	r := loadRBAC(t)
+	const pav = "pav.albertofaria.github.io"
+	for _, tc := range []struct {
+		sa, group, resource, verb string
+		want                      bool
+	}{
+		// The controller plugin keeps the records, runs pods, reads claims.
+		{"pav-controller", pav, "pavvolumes", "create", true},
+		{"pav-controller", pav, "pavvolumes", "update", true},
+		{"pav-controller", pav, "pavvolumes", "delete", true},
+		{"pav-controller", pav, "pavvolumes", "watch", true},
+		{"pav-controller", "", "pods", "create", true},
+		{"pav-controller", "", "pods/log", "get", true},
+		{"pav-controller", "", "persistentvolumeclaims", "get", true},
+		{"pav-controller", "storage.k8s.io", "storageclasses", "get", true},
+		{"pav-controller", "", "events", "create", true},
+		// ... and no longer writes PVCs (the forgeable annotation is gone).
+		{"pav-controller", "", "persistentvolumeclaims", "patch", false},
+		// (external-provisioner, in the same pod, does update PVCs and PVs.)
+		{"pav-controller", "", "persistentvolumeclaims", "update", true},
+		// The node plugin: its pods, the staging context, nothing else.
+		{"pav-node", "", "pods", "create", true},
+		{"pav-node", "", "pods", "delete", true},
+		{"pav-node", "", "pods/log", "get", true},
+		{"pav-node", "", "persistentvolumes", "get", true},
+		{"pav-node", "", "persistentvolumeclaims", "get", true},
+		{"pav-node", "", "nodes", "get", true},
+		{"pav-node", pav, "pavprovisioners", "watch", true},
+		{"pav-node", pav, "pavvolumes", "get", false},
+		{"pav-node", pav, "pavvolumes", "list", false},
+		{"pav-node", pav, "pavvolumes", "update", false},
+		{"pav-node", pav, "pavprovisioners/status", "patch", false},
+		{"pav-node", pav, "pavprovisioners/status", "update", false},
+		{"pav-node", "", "persistentvolumeclaims", "patch", false},
+		{"pav-node", "", "persistentvolumeclaims", "update", false},
+		// Its cost must not grow with the cluster: no PV list or watch (issue 10).
+		{"pav-node", "", "persistentvolumes", "list", false},
+		{"pav-node", "", "persistentvolumes", "watch", false},
+		{"pav-node", "", "persistentvolumes", "create", false},
+		{"pav-node", "", "persistentvolumes", "delete", false},
+		{"pav-node", "", "nodes", "patch", false},
+		{"pav-node", "", "secrets", "get", false},
+	} {
+		if got := r.can(tc.sa, tc.group, tc.resource, tc.verb); got != tc.want {
+			t.Errorf("%s may %s %s.%s: %v, want %v", tc.sa, tc.verb, tc.resource, tc.group, got, tc.want)
+		}
+	}
+	if got := r.bindings["pav-node"]; !slices.Equal(got, []string{"pav-driver-node"}) {
+		t.Errorf("pav-node is bound to %v, want only pav-driver-node", got)
+	}
+	// No wildcard anywhere.
+	for name, rules := range r.roles {
+		for _, rule := range rules {
+			if slices.Contains(rule.Verbs, "*") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") {
+				t.Errorf("role %s has a wildcard rule %+v", name, rule)
+			}
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package nodeserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/pods-as-volumes/pav/internal/hostmount"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/volume"
+	"github.com/pods-as-volumes/pav/podrunner"
+)
+
+// staged is a volume's state.json on this node: what NodeStageVolume made
+// and learnt, for NodeUnstageVolume (which gets neither the volume context nor
+// the capability), for the checks that staging still holds (verify), and for
+// a restarted node plugin. It lives in the per-volume directory, which only
+// root on the node can write: it is a record, not input.
+type staged struct {
+	Handle     string                              `json:"handle"`
+	VolumeMode corev1.PersistentVolumeMode         `json:"volumeMode"`
+	Access     []corev1.PersistentVolumeAccessMode `json:"accessModes"`
+	Capacity   int64                               `json:"capacity"`
+	Params     map[string]string                   `json:"params"`
+	ReadOnly   bool                                `json:"readOnly"`
+	PV         string                              `json:"pv,omitempty"`
+	StagedAt   string                              `json:"stagingTargetPath"`
+
+	// The objects of the staging context, trimmed (volume.Snapshot): the
+	// unstaging pod gets the context the staging pod had, even once the PV or
+	// PVC is gone, and without reading them again.
+	PVObject   *corev1.PersistentVolume      `json:"pvObject,omitempty"`
+	PVCObject  *corev1.PersistentVolumeClaim `json:"pvcObject,omitempty"`
+	NodeObject *corev1.Node                  `json:"nodeObject,omitempty"`
+
+	// BootID is the node's boot ID when staging began: after a reboot nothing
+	// the staging pod set up survives, and device numbers it saved may name
+	// another volume's device.
+	BootID string `json:"bootID,omitempty"`
+
+	// The pods pav runs for the volume on this node, recorded before each is
+	// asked for: only a pod with the recorded UID (or, until it is known, the
+	// recorded token) is ever adopted or deleted.
+	ValidationPod *podID `json:"validationPod,omitempty"`
+	StagingPod    *podID `json:"stagingPod,omitempty"`
+	UnstagingPod  *podID `json:"unstagingPod,omitempty"`
+	// Began: a staging pod was asked for, so the unstaging pod has something to
+	// undo, even if that pod is gone since.
+	Began bool `json:"began,omitempty"`
+
+	// Staged: the staging pod is done (or ready) and /pav/volume checked out.
+	Staged bool `json:"staged"`
+	// Unstaging: an unstaging began (NodeUnstage, the revert of a failed
+	// staging, or the clean-up of a lost one), so the volume is no longer
+	// staged, and the unstaging must finish before it is staged again.
+	Unstaging bool `json:"unstaging,omitempty"`
+	// KeepRunning: the staging pod was still running when it became ready (a
+	// FUSE daemon, say): the volume lasts only as long as that pod.
+	KeepRunning bool `json:"keepRunning,omitempty"`
+	// Volume is what /pav/volume resolved to when staging finished.
+	Volume *hostmount.Identity `json:"volume,omitempty"`
+	// LostReported is the UID of the KeepRunning staging pod whose end pav
+	// already reported (one event per death, across restarts).
+	LostReported types.UID `json:"lostReported,omitempty"`
+}
+
+// podID is the identity of one pod pav runs: where it is, the token it
+// carries, and its UID once known.
+type podID struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name,omitempty"`
+	Token     string    `json:"token"`
+	UID       types.UID `json:"uid,omitempty"`
+}
+
+func (id *podID) String() string { return id.Namespace + "/" + id.Name }
+
+// withID returns op carrying id's identity.
+func withID(op podrunner.Operation, id *podID) podrunner.Operation {
+	op.Token, op.UID = id.Token, id.UID
+	if op.Template.Namespace == "" {
+		op.Template.Namespace = id.Namespace
+	}
+	return op
+}
+
+func (st *staged) vars() phase.Staged {
+	return phase.Staged{VolumeMode: st.VolumeMode, AccessModes: st.Access, Capacity: st.Capacity,
+		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly}
+}
+
+// objects are the staging context's objects, from the snapshot.
+func (st *staged) objects() phase.Objects {
+	return phase.Objects{PV: st.PVObject, PVC: st.PVCObject, Node: st.NodeObject}
+}
+
+// setObjects snapshots the staging context's objects.
+func (st *staged) setObjects(objs phase.Objects) {
+	st.PVObject, st.PVCObject, st.NodeObject = nil, nil, nil
+	if objs.PV != nil {
+		st.PVObject = objs.PV.DeepCopy()
+		volume.Snapshot(&st.PVObject.ObjectMeta)
+	}
+	if objs.PVC != nil {
+		st.PVCObject = objs.PVC.DeepCopy()
+		volume.Snapshot(&st.PVCObject.ObjectMeta)
+	}
+	if objs.Node != nil {
+		st.NodeObject = objs.Node.DeepCopy()
+		volume.Snapshot(&st.NodeObject.ObjectMeta)
+	}
+}
+
+// anyPod says whether a pod of the volume may exist.
+func (st *staged) anyPod() bool {
+	return st.ValidationPod != nil || st.StagingPod != nil || st.UnstagingPod != nil
+}
+
+// writeState replaces state.json atomically (write, then rename), so a crash
+// leaves the old or the new state, never half of one.
+func writeState(dir string, st *staged) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "state.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "state.json"))
+}
+
+func readState(dir string) (*staged, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &staged{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("%s/state.json: %w", dir, err)
+	}
+	return st, nil
+}
