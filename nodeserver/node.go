@@ -617,7 +617,7 @@ func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *st
 	if err := s.removePod(ctx, dir, st, &st.StagingPod, s.podOperation(p.Name, v1alpha1.PhaseStaging, st.Handle, corev1.PodTemplateSpec{})); err != nil {
 		return err
 	}
-	if began && runUnstaging {
+	if began && runUnstaging && !st.Unstaged {
 		vars, err := phase.StagingVars(st.vars(), st.objects())
 		if err != nil {
 			return err
@@ -637,6 +637,11 @@ func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *st
 			}
 			if err != nil {
 				return fmt.Errorf("volume unstaging failed: %w", err)
+			}
+			// Recorded before the pod goes: it must not run again.
+			st.Unstaged = true
+			if err := writeState(dir, st); err != nil {
+				return err
 			}
 		}
 	}

@@ -523,3 +523,61 @@ func TestMountedVolumeLeavesStagingPathFree(t *testing.T) {
 		t.Fatalf("a mount under %s outlived unstaging", dir)
 	}
 }
+
+// A clean-up that fails after the unstaging pod succeeded (here: the volume
+// directory is still a mount point in the plugin's mount namespace, under
+// another path, as a mount copied into a private mount of the plugin
+// directory was on the cluster) is retried without running the unstaging pod
+// again: its success is recorded before the pod is removed.
+func TestUnstagingPodRunsOnceWhenCleanupFails(t *testing.T) {
+	alt := filepath.Join(t.TempDir(), "alt")
+	var busy string
+	e := newEnv(t, stagingSpec+unstagingSpec, map[v1alpha1.Phase]podAction{
+		v1alpha1.PhaseStaging: {onStart: makeVolumeDir("hello")},
+	})
+	e.mu.Lock()
+	e.actions[v1alpha1.PhaseUnstaging] = podAction{onStart: func(dir string) error {
+		// dir is <state dir>/<volume>/pav: mount over its volume/ through a
+		// private bind of the state directory, which mountinfo lists under alt.
+		rel, err := filepath.Rel(e.srv.StateDir, filepath.Join(dir, "volume"))
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(alt, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(e.srv.StateDir, alt, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+		if err := unix.Mount("", alt, "", unix.MS_PRIVATE, ""); err != nil {
+			return err
+		}
+		busy = filepath.Join(alt, rel)
+		return unix.Mount("tmpfs", busy, "tmpfs", 0, "size=1m")
+	}}
+	e.mu.Unlock()
+	t.Cleanup(func() {
+		_ = unix.Unmount(busy, unix.MNT_DETACH)
+		_ = unix.Unmount(alt, unix.MNT_DETACH)
+	})
+	req := e.stageReq("vol-1", false)
+	if _, err := e.srv.NodeStageVolume(e.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	unstage := &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: req.StagingTargetPath}
+	if _, err := e.srv.NodeUnstageVolume(e.ctx, unstage); err == nil {
+		t.Fatal("unstaging succeeded with the volume directory busy")
+	}
+	if err := unix.Unmount(busy, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.NodeUnstageVolume(e.ctx, unstage); err != nil {
+		t.Fatalf("retried unstaging: %v", err)
+	}
+	if n := e.count(v1alpha1.PhaseUnstaging); n != 1 {
+		t.Fatalf("%d unstaging pods, want 1", n)
+	}
+	if _, err := os.Stat(e.srv.volumeDir("vol-1")); !os.IsNotExist(err) {
+		t.Fatalf("volume directory left behind: %v", err)
+	}
+}

@@ -58,6 +58,9 @@ type staged struct {
 	// staging, or the clean-up of a lost one), so the volume is no longer
 	// staged, and the unstaging must finish before it is staged again.
 	Unstaging bool `json:"unstaging,omitempty"`
+	// Unstaged: the unstaging pod succeeded (recorded before it is removed), so
+	// a retry of a clean-up that failed afterwards does not run it again.
+	Unstaged bool `json:"unstaged,omitempty"`
 	// KeepRunning: the staging pod was still running when it became ready (a
 	// FUSE daemon, say): the volume lasts only as long as that pod.
 	KeepRunning bool `json:"keepRunning,omitempty"`
