@@ -357,14 +357,19 @@ func TestNodeReboot(t *testing.T) {
 				t.Fatalf("client read %q before the reboot", got)
 			}
 			clientPod, _ := client.CoreV1().Pods(e.ns).Get(e.ctx, "client", metav1.GetOptions{})
-			staging := e.stagingPodNow(handle)
+			// A Filesystem volume's staging pod keeps the bind mount running; a
+			// Block volume's finished once its loop device was attached.
+			killed := []*corev1.Pod{clientPod}
+			if !tc.block {
+				killed = append(killed, e.stagingPodNow(handle))
+			}
 			loops := loopsOf(filepath.Base(backendOf(handle, true)))
 			if tc.block && len(loops) != 1 {
 				t.Fatalf("loop devices of the volume: %v", loops)
 			}
 
 			e.reboot(func() {
-				killPodContainers(t, clientPod, staging)
+				killPodContainers(t, killed...)
 				unmountVolume(t, pv.Name, handle)
 				for _, l := range loops {
 					run(t, "losetup", "-d", l)
