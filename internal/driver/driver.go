@@ -29,14 +29,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/identity"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/records"
@@ -260,7 +259,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	var d Deps
 	if o.ProvisionerFile == "" || o.Kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
-		cfg, err := restConfig(o.Kubeconfig)
+		cfg, err := kubeconfig.Load(o.Kubeconfig)
 		if err != nil {
 			return err
 		}
@@ -383,17 +382,6 @@ func healthMux(mm metrics.CSIMetricsManager, built *atomic.Pointer[Services]) *h
 	mux.HandleFunc("/readyz", ready)
 	mux.HandleFunc("/healthz", ready)
 	return mux
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("not running in a cluster, give --kubeconfig: %w", err)
-	}
-	return cfg, nil
 }
 
 var errNoPodEnv = errors.New("POD_NAME and POD_NAMESPACE are not set")

@@ -17,12 +17,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 )
 
 // Options are `pav manager`'s flags.
@@ -77,7 +77,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
-	cfg, err := restConfig(o.Kubeconfig)
+	cfg, err := kubeconfig.Load(o.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -208,15 +208,4 @@ func healthServer(addr string, c *Controller, watchdog *leaderelection.HealthzAd
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("not running in a cluster, give --kubeconfig: %w", err)
-	}
-	return cfg, nil
 }
