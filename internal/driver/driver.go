@@ -259,15 +259,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	var d Deps
 	if o.ProvisionerFile == "" || o.Kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
-		cfg, err := kubeconfig.Load(o.Kubeconfig)
-		if err != nil {
-			return err
-		}
-		cfg.UserAgent = "pav-driver/" + o.Version
-		if d.Client, err = kubernetes.NewForConfig(cfg); err != nil {
-			return err
-		}
-		if d.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		var err error
+		if d.Client, d.Dynamic, err = NewClients(o.Kubeconfig, o.Version); err != nil {
 			return err
 		}
 	}
@@ -292,8 +285,7 @@ func Run(ctx context.Context, o Options) error {
 	// The HTTP endpoint comes first: /livez must answer while the rest
 	// starts (or waits for the API server), or the kubelet would kill a
 	// driver that is merely waiting.
-	mm := metrics.NewCSIMetricsManagerForPlugin(name)
-	podrunner.RegisterMetrics(mm.GetRegistry())
+	mm := NewMetricsManager(name)
 	var built atomic.Pointer[Services]
 	if o.HTTPEndpoint != "" {
 		hs := &http.Server{Addr: o.HTTPEndpoint, Handler: healthMux(mm, &built), ReadHeaderTimeout: 10 * time.Second}
@@ -350,6 +342,40 @@ func Run(ctx context.Context, o Options) error {
 	klog.InfoS("pav driver serving", "driver", name, "mode", o.Mode, "endpoint", o.Endpoint, "node", o.NodeID,
 		"podNamespace", o.PodNamespace, "version", o.Version)
 	return srv.Serve(lis)
+}
+
+// NewClients builds the driver's API clients (kubeconfig file, else in
+// cluster). Their requests are counted in client-go's request metrics, which
+// the driver's /metrics serves (see NewMetricsManager).
+func NewClients(kubeconfigPath, version string) (kubernetes.Interface, dynamic.Interface, error) {
+	cfg, err := kubeconfig.Load(kubeconfigPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.UserAgent = "pav-driver/" + version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kube, dyn, nil
+}
+
+// NewMetricsManager is what the driver's /metrics serves: csi-lib-utils'
+// csi_plugin_operations_seconds, pav's pod metrics, and client-go's request
+// metrics (rest_client_requests_total{code,method,host},
+// rest_client_request_duration_seconds, …) with the process and Go collectors
+// (process_resident_memory_bytes, …), so that the API requests per volume and
+// the memory can be read from outside. The process start time comes from the
+// process collector only: two would make the endpoint report a duplicate.
+func NewMetricsManager(driverName string) metrics.CSIMetricsManager {
+	mm := metrics.NewCSIMetricsManagerWithOptions(driverName,
+		metrics.WithSubsystem(metrics.SubsystemPlugin), metrics.WithProcessStartTime(false))
+	podrunner.RegisterMetrics(mm.GetRegistry())
+	return mm.WithAdditionalRegistry(kubeconfig.Gatherer())
 }
 
 // healthMux serves /metrics and the probes:

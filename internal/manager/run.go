@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
@@ -31,7 +32,7 @@ type Options struct {
 	Namespace    string // the manager's namespace: workloads and the Lease
 	ConfigFile   string // settings (ConfigMap pav-manager); "" = none
 	Overrides    Overrides
-	HTTPEndpoint string // /healthz and /readyz; "" = none
+	HTTPEndpoint string // /healthz, /readyz and /metrics; "" = none
 	LeaderElect  bool
 	LeaseName    string
 	Workers      int
@@ -190,9 +191,11 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // healthServer: /healthz (alive; fails when the leader stopped renewing its
-// Lease) and /readyz (informers synced).
+// Lease), /readyz (informers synced) and /metrics (client-go's request
+// metrics: the manager's API requests; process and Go runtime).
 func healthServer(addr string, c *Controller, watchdog *leaderelection.HealthzAdaptor) *http.Server {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.HandlerFor(kubeconfig.Gatherer(), metrics.HandlerOpts{ErrorHandling: metrics.ContinueOnError}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := watchdog.Check(r); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
