@@ -24,8 +24,11 @@ FUZZTIME  ?= 60s
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o _output/bin/pav ./cmd/pav
 
+# test also runs every benchmark once (-benchtime 1x): their targets (the API
+# budget, speed, memory) are measured by make bench, but they must not rot.
 test:
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
 # MAX_FILE_BYTES: a tracked file larger than this is almost always a build output
 # or a data dump committed by mistake (a 78 MB binary once was); git keeps it in

@@ -168,7 +168,7 @@ func podFails(msg string) func(op podrunner.Operation) (*podrunner.Result, error
 
 const pod = `{podTemplate: {spec: {containers: [{name: c, image: busybox, command: [sh, -c, "%s"]}]}}}`
 
-func prov(t *testing.T, spec string) *v1alpha1.PavProvisioner {
+func prov(t testing.TB, spec string) *v1alpha1.PavProvisioner {
 	t.Helper()
 	p, err := provisioner.Load([]byte("apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata: {name: test}\nspec:\n" + spec))
 	if err != nil {
@@ -184,12 +184,12 @@ func prov(t *testing.T, spec string) *v1alpha1.PavProvisioner {
 // fake dynamic client with API server write semantics, PVCs and
 // StorageClasses behind a fake clientset.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	records *dynamicfake.FakeDynamicClient
 	client  kubernetes.Interface
 }
 
-func newCluster(t *testing.T, objects ...runtime.Object) *cluster {
+func newCluster(t testing.TB, objects ...runtime.Object) *cluster {
 	return &cluster{t: t, records: recordstest.NewClient(), client: fake.NewClientset(objects...)}
 }
 

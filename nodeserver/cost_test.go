@@ -13,6 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/apibudget"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
 )
 
@@ -187,6 +188,49 @@ func TestVolumeContextPVMustMatch(t *testing.T) {
 			if n := e.count(v1alpha1.PhaseStaging); n != 0 {
 				t.Fatalf("%d staging pods", n)
 			}
+		})
+	}
+}
+
+// BenchmarkAPIRequestsPerVolume is the node side of pav's API budget
+// (internal/apibudget): the requests of one NodeStageVolume and one
+// NodeUnstageVolume of a volume pav created, with a staging pod that keeps
+// running and one that completes, reported per operation; above the budget it
+// fails. TestAPIRequestsPerOperation says which requests they are.
+//
+//	go test ./nodeserver -run '^$' -bench APIRequests
+func BenchmarkAPIRequestsPerVolume(b *testing.B) {
+	spec := "  provisioningModes: [Dynamic]\n  volumeCreation: {capacity: 1Mi}\n" +
+		"  volumeStaging: {podTemplate: {spec: {containers: [{name: s, image: b}]}}}\n" + unstagingSpec
+	for _, tc := range []struct {
+		name    string
+		outcome fakekubelet.Outcome
+	}{
+		{"KeepRunning", fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}},
+		{"Completes", fakekubelet.Outcome{Kind: fakekubelet.Succeed}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			e := newEnv(b, spec, map[v1alpha1.Phase]podAction{v1alpha1.PhaseStaging: {outcome: tc.outcome, onStart: makeVolumeDir("x")}})
+			var stages, unstages int
+			b.ResetTimer()
+			for i := range b.N {
+				req := e.stageReq(fmt.Sprintf("bench-%d", i), false)
+				req.VolumeContext = e.dynamicVolume(req.VolumeId, corev1.PersistentVolumeFilesystem)
+				stage := e.requests(func() {
+					if _, err := e.srv.NodeStageVolume(e.ctx, req); err != nil {
+						b.Fatal(err)
+					}
+				})
+				unstage := e.requests(func() { e.unstage(req) })
+				stages += len(stage)
+				unstages += len(unstage)
+				if len(stage) > apibudget.Stage || len(unstage) > apibudget.Unstage {
+					b.Fatalf("NodeStageVolume made %d requests %v (budget %d), NodeUnstageVolume %d %v (budget %d)",
+						len(stage), stage, apibudget.Stage, len(unstage), unstage, apibudget.Unstage)
+				}
+			}
+			b.ReportMetric(float64(stages)/float64(b.N), "stage-requests/op")
+			b.ReportMetric(float64(unstages)/float64(b.N), "unstage-requests/op")
 		})
 	}
 }

@@ -36,7 +36,7 @@ const node = "node-1"
 // env holds one node plugin on a fake cluster whose fake kubelet runs the phase
 // pods with per-test behaviour, counting pod creations per phase.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	client  *fake.Clientset
 	kubelet *fakekubelet.Kubelet
@@ -55,7 +55,7 @@ type podAction struct {
 	onStart func(pavDir string) error
 }
 
-func newEnv(t *testing.T, spec string, actions map[v1alpha1.Phase]podAction) *env {
+func newEnv(t testing.TB, spec string, actions map[v1alpha1.Phase]podAction) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("node server tests make real bind mounts and need root (CI runs as root)")

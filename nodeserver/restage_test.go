@@ -71,7 +71,7 @@ func (e *env) unstage(req *csi.NodeStageVolumeRequest) {
 
 // condition decodes the VolumeCondition (field 2, CSI 1.9) pav puts in a
 // NodeGetVolumeStatsResponse, as kubelet reads it.
-func condition(t *testing.T, resp *csi.NodeGetVolumeStatsResponse) (abnormal bool, message string) {
+func condition(t testing.TB, resp *csi.NodeGetVolumeStatsResponse) (abnormal bool, message string) {
 	t.Helper()
 	b := resp.ProtoReflect().GetUnknown()
 	num, typ, n := protowire.ConsumeTag(b)
