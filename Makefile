@@ -7,6 +7,8 @@
 #   make bench         benchmarks (speed and memory targets live here, not in tests)
 #   make fuzz          run each fuzz target for FUZZTIME (default 60s)
 #   make e2e           bring the local cluster up if needed, install pav, run test/e2e
+#   make bench-e2e     pav vs bare pods, memory, API requests per volume on the local
+#                      cluster (BENCH_N=20,100 BENCH_REPS=5); prints a table
 #   make demo          build, cluster up, install pav, apply hello-world, provision a
 #                      volume and print what a pod reads from it
 #   make manifests     render deploy/pav.yaml from deploy/ (kustomize)
@@ -40,6 +42,8 @@ lint:
 	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > $(MAX_FILE_BYTES)'); \
 	if [ -n "$$big" ]; then echo "tracked files over $(MAX_FILE_BYTES) bytes (bytes, path); untrack them and ignore build outputs in .gitignore:"; echo "$$big"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e
+	$(GO) vet -tags bench ./test/bench
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -75,7 +79,7 @@ manifests:
 CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL     := $(CURDIR)/_output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig
 
-.PHONY: tools images cluster-up cluster-down install deploy-e2e e2e-setup e2e demo
+.PHONY: tools images cluster-up cluster-down install deploy-e2e e2e-setup e2e bench-e2e demo
 
 tools:
 	hack/install-deps.sh
@@ -104,8 +108,19 @@ deploy-e2e:
 # images (the pav image is rebuilt from this tree), pav installed, both provisioners Ready.
 e2e-setup: tools cluster-up images deploy-e2e
 
+# e2e also runs bench-e2e's smoke form (2 volumes, one repetition, under a
+# minute) so that the benchmark cannot rot; its figures mean nothing.
 e2e: e2e-setup
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=2 PAV_BENCH_REPS=1 $(GO) test -tags bench -count=1 -timeout 10m -v -run '^TestBench$$' ./test/bench/
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig $(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/
+
+# bench-e2e: pav's overhead over bare pods, its memory and API requests per
+# volume on the local cluster, measured in one run, printed as a table
+# (test/bench; README "Performance"). BENCH_N=20,100 also runs 100 at once.
+BENCH_N    ?= 20
+BENCH_REPS ?= 5
+bench-e2e: e2e-setup
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=$(BENCH_N) PAV_BENCH_REPS=$(BENCH_REPS) $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestBench$$' ./test/bench/
 
 # demo: what a user does: install pav, apply one PavProvisioner, use it.
 demo: tools cluster-up images

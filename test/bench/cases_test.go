@@ -1,0 +1,341 @@
+//go:build bench
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/pods-as-volumes/pav/internal/apibudget"
+	"github.com/pods-as-volumes/pav/podrunner"
+)
+
+// single is (a) and (b): one volume, one client, one bare pod at a time,
+// alternating which goes first.
+func single(t *testing.T, ctx context.Context, tab *table, sc string, reps int) {
+	ns := namespace(t, ctx, "single")
+	var aPav, aBare, bPav, bBare []time.Duration
+	pods := client.CoreV1().Pods(ns)
+	createPod := func(p *corev1.Pod) func(string) error {
+		return func(string) error { _, err := pods.Create(ctx, p, metav1.CreateOptions{}); return err }
+	}
+	for i := range reps {
+		v, bare, cl, sleeper := fmt.Sprintf("v%d", i), fmt.Sprintf("bare%d", i), fmt.Sprintf("client%d", i), fmt.Sprintf("sleeper%d", i)
+		pavA := func() {
+			aPav = append(aPav, timed(t, ctx, "PVC → Bound", []string{v}, func(string) error {
+				_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(ns, v, sc), metav1.CreateOptions{})
+				return err
+			}, has(claimsBound(ctx, ns))))
+		}
+		bareA := func() {
+			aBare = append(aBare, timed(t, ctx, "bare pod → Succeeded", []string{bare}, createPod(pod(ns, bare, false, "")),
+				has(podsIn(ctx, ns, corev1.PodSucceeded))))
+		}
+		pavB := func() {
+			bPav = append(bPav, timed(t, ctx, "client → Running", []string{cl}, createPod(pod(ns, cl, true, v)),
+				has(podsIn(ctx, ns, corev1.PodRunning))))
+		}
+		bareB := func() {
+			bBare = append(bBare, timed(t, ctx, "bare pod → Running", []string{sleeper}, createPod(pod(ns, sleeper, true, "")),
+				has(podsIn(ctx, ns, corev1.PodRunning))))
+		}
+		if i%2 == 0 {
+			pavA()
+			bareA()
+			pavB()
+			bareB()
+		} else {
+			bareA()
+			pavA()
+			bareB()
+			pavB()
+		}
+		// Clean up (not timed) so that every repetition starts alike.
+		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, v, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{bare, cl, sleeper}
+		timed(t, ctx, "pods deleted", names, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
+		timed(t, ctx, "PV deleted", []string{pvc.Spec.VolumeName}, func(string) error {
+			return client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, v, metav1.DeleteOptions{})
+		}, gone(pvsPresent(ctx)))
+		waitPavPodsGone(t, ctx)
+	}
+	tab.ratio("(a) PVC → Bound vs bare pod → Succeeded", aPav, aBare, targetBound)
+	tab.ratio("(b) client pod → Running (staging) vs bare pod → Running", bPav, bBare, targetRunning)
+}
+
+func deletePod(ctx context.Context, ns string) func(string) error {
+	return func(name string) error {
+		return client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	}
+}
+
+// waitPavPodsGone waits until pav-e2e runs no pod (unstaging, deletion): the
+// next measurement starts on a quiet node, and the API counters are complete.
+func waitPavPodsGone(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, pollEvery, 2*time.Minute, true, func(context.Context) (bool, error) {
+		l, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: podrunner.LabelProvisioner + "=" + driver + "," + podrunner.LabelPhase})
+		if err != nil {
+			return false, nil
+		}
+		left = left[:0]
+		for _, p := range l.Items {
+			left = append(left, p.Namespace+"/"+p.Name)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		t.Logf("pav-e2e's pods still there after 2 minutes (another volume's?), going on: %v", left)
+	}
+}
+
+// atOnce is (c), (d), (e) under load and (f), for n volumes: n PVCs at once
+// vs n bare pods at once, clients of `clients` of them at once vs as many bare
+// pods that keep running, their deletion, and the API requests pav made.
+func atOnce(t *testing.T, ctx context.Context, tab *table, sc string, n, clients int, procs []*proc) {
+	ns := namespace(t, ctx, fmt.Sprintf("n%d", n))
+	pods := client.CoreV1().Pods(ns)
+	seq := func(prefix string, k int) []string {
+		out := make([]string, k)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s%d", prefix, i)
+		}
+		return out
+	}
+	vols, bares, cls, sleepers := seq("v", n), seq("bare", n), seq("client", clients), seq("sleeper", clients)
+	before := scrapeAll(t, ctx)
+	stop := sample(procs)
+	defer stop()
+
+	cPav := timed(t, ctx, "PVCs → Bound", vols, func(v string) error {
+		_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(ns, v, sc), metav1.CreateOptions{})
+		return err
+	}, has(claimsBound(ctx, ns)))
+	cBare := timed(t, ctx, "bare pods → Succeeded", bares, func(b string) error {
+		_, err := pods.Create(ctx, pod(ns, b, false, ""), metav1.CreateOptions{})
+		return err
+	}, has(podsIn(ctx, ns, corev1.PodSucceeded)))
+	clPav := timed(t, ctx, "clients → Running", cls, func(c string) error {
+		_, err := pods.Create(ctx, pod(ns, c, true, "v"+strings.TrimPrefix(c, "client")), metav1.CreateOptions{})
+		return err
+	}, has(podsIn(ctx, ns, corev1.PodRunning)))
+	clBare := timed(t, ctx, "bare pods → Running", sleepers, func(s string) error {
+		_, err := pods.Create(ctx, pod(ns, s, true, ""), metav1.CreateOptions{})
+		return err
+	}, has(podsIn(ctx, ns, corev1.PodRunning)))
+
+	dBareRunning := timed(t, ctx, "running bare pods deleted", sleepers, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
+	dClients := timed(t, ctx, "clients deleted", cls, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
+	pvOf := map[string]string{}
+	l, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pvNames []string
+	for _, c := range l.Items {
+		pvOf[c.Spec.VolumeName] = c.Name
+		pvNames = append(pvNames, c.Spec.VolumeName)
+	}
+	dPav := timed(t, ctx, "PVCs deleted → PVs gone", pvNames, func(pv string) error {
+		return client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, pvOf[pv], metav1.DeleteOptions{})
+	}, gone(pvsPresent(ctx)))
+	dBare := timed(t, ctx, "bare pods deleted", bares, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
+	waitPavPodsGone(t, ctx)
+	time.Sleep(2 * time.Second) // the last requests' metrics
+	stop()
+	after := scrapeAll(t, ctx)
+
+	one := func(d time.Duration) []time.Duration { return []time.Duration{d} }
+	tab.ratio(fmt.Sprintf("(c) %d PVCs at once → all Bound vs %d bare pods → all Succeeded", n, n), one(cPav), one(cBare), targetAtOnce)
+	tab.ratio(fmt.Sprintf("(c) %d clients at once → all Running vs %d bare pods → all Running", clients, clients), one(clPav), one(clBare), 0)
+	tab.ratio(fmt.Sprintf("(d) %d PVCs deleted → all PVs gone vs %d bare pods deleted → gone", n, n), one(dPav), one(dBare), targetAtOnce)
+	tab.ratio(fmt.Sprintf("(d) %d clients deleted → gone vs %d running bare pods deleted → gone", clients, clients), one(dClients), one(dBareRunning), 0)
+	for _, m := range []struct {
+		name   string
+		per    int
+		budget int
+	}{
+		{"controller", n, apibudget.Create + apibudget.Delete},
+		{"node", clients, apibudget.Stage + apibudget.Unstage},
+		{"manager", n, 0},
+	} {
+		b, okB := before[m.name]
+		a, okA := after[m.name]
+		if !okA || !okB {
+			tab.add(row{fmt.Sprintf("(f) API requests per volume, %s (N=%d)", m.name, n), "not scraped", "", "", "", "info"})
+			continue
+		}
+		per := float64(a-b) / float64(m.per)
+		target, verdict := "—", "info"
+		if m.budget > 0 {
+			target = fmt.Sprintf("≤ %d (apibudget)", m.budget)
+			verdict = "PASS"
+			if per > float64(m.budget) {
+				verdict = "OVER"
+			}
+		}
+		what := "create+delete"
+		if m.name == "node" {
+			what = "stage+unstage"
+		}
+		if m.name == "manager" {
+			what = "whole life"
+		}
+		tab.add(row{fmt.Sprintf("(f) API requests per volume (%s), %s, N=%d", what, m.name, n), fmt.Sprintf("%.1f", per), "", "", target, verdict})
+	}
+}
+
+// proc is a pav process on this node, found by its command line.
+type proc struct {
+	name, pattern string
+	pid           int
+	mu            sync.Mutex
+	idle, peak    int64
+}
+
+func findProcs(t *testing.T) []*proc {
+	var out []*proc
+	for _, p := range []*proc{
+		{name: "controller plugin (pav-e2e)", pattern: "pav driver --mode=controller --provisioner=" + driver + "( |$)"},
+		{name: "node plugin (pav-e2e)", pattern: "pav driver --mode=node --provisioner=" + driver + "( |$)"},
+		{name: "manager", pattern: "pav manager( |$)"},
+	} {
+		b, err := exec.Command("pgrep", "-o", "-f", p.pattern).Output()
+		if err != nil {
+			t.Logf("no process matches %q: its memory is not measured", p.pattern)
+			continue
+		}
+		p.pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		out = append(out, p)
+	}
+	return out
+}
+
+// status reads a "kB" field of /proc/PID/status, in bytes.
+func (p *proc) status(key string) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), key+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func (p *proc) rss() int64 { return p.status("VmRSS") }
+
+// sample records each process's peak RSS until stopped (stop may be called
+// more than once).
+func sample(procs []*proc) (stop func()) {
+	done := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, p := range procs {
+				r := p.rss()
+				p.mu.Lock()
+				p.peak = max(p.peak, r)
+				p.mu.Unlock()
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// scrapeAll reads rest_client_requests_total (all codes, methods, hosts) of
+// pav-e2e's controller and node plugins and of the manager.
+func scrapeAll(t *testing.T, ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	l, err := client.CoreV1().Pods(pavNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range l.Items {
+		var name, port string
+		switch {
+		case p.Name == "pav-"+driver+"-controller-0":
+			name, port = "controller", "8080"
+		case strings.HasPrefix(p.Name, "pav-"+driver+"-node-"):
+			name, port = "node", "8082"
+		case strings.HasPrefix(p.Name, "pav-manager-"):
+			name, port = "manager", "8080"
+		default:
+			continue
+		}
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		text, err := scrape(ctx, &p, port)
+		if err != nil {
+			t.Logf("cannot read %s's /metrics: %v", p.Name, err)
+			continue
+		}
+		sum, found := 0.0, false
+		for _, line := range strings.Split(text, "\n") {
+			if !strings.HasPrefix(line, "rest_client_requests_total{") {
+				continue
+			}
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err == nil {
+				sum += v
+				found = true
+			}
+		}
+		if found {
+			out[name] += sum
+		}
+	}
+	return out
+}
+
+// scrape reads a pod's /metrics: by its IP (this is the node), else through
+// the API server's proxy.
+func scrape(ctx context.Context, p *corev1.Pod, port string) (string, error) {
+	if p.Status.PodIP != "" {
+		hc := &http.Client{Timeout: 3 * time.Second}
+		if resp, err := hc.Get("http://" + p.Status.PodIP + ":" + port + "/metrics"); err == nil {
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode == http.StatusOK {
+				return string(b), nil
+			}
+		}
+	}
+	b, err := client.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, port, "/metrics", nil).DoRaw(ctx)
+	return string(b), err
+}
