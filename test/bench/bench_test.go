@@ -249,6 +249,11 @@ func claim(ns, name, sc string) *corev1.PersistentVolumeClaim {
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}}}
 }
 
+// grace is every pod's termination grace: sleep ignores SIGTERM (PID 1), so a
+// running pod's deletion takes this long, pav's client or bare. Not 0: that
+// removes the pod from the API at once, before the kubelet tears it down.
+var grace = int64(1)
+
 // pod is a busybox pod: `true` (it succeeds) or, with sleep, one that keeps
 // running; with a claim, a client of that volume.
 func pod(ns, name string, sleep bool, claimName string) *corev1.Pod {
@@ -258,7 +263,7 @@ func pod(ns, name string, sleep bool, claimName string) *corev1.Pod {
 	}
 	c := corev1.Container{Name: "c", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent, Command: cmd}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64)}}
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace}}
 	if claimName != "" {
 		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}}}

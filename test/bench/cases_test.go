@@ -82,7 +82,7 @@ func single(t *testing.T, ctx context.Context, tab *table, sc string, reps int) 
 
 func deletePod(ctx context.Context, ns string) func(string) error {
 	return func(name string) error {
-		return client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		return client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	}
 }
 
