@@ -176,10 +176,10 @@ func TestBench(t *testing.T) {
 			}
 			return "PASS"
 		}
-		tab.add(row{"RSS idle: " + p.name, fmt.Sprintf("%.1f MiB", float64(p.idle)/mib), "", "", fmt.Sprintf("≤ %d MiB", targetIdleRSS/mib), verdict(p.idle, targetIdleRSS)})
-		tab.add(row{fmt.Sprintf("RSS peak under load (max N=%d): %s", ns[len(ns)-1], p.name), fmt.Sprintf("%.1f MiB", float64(p.peak)/mib), "", "",
+		tab.add(row{"(e) RSS idle: " + p.name, fmt.Sprintf("%.1f MiB", float64(p.idle)/mib), "", "", fmt.Sprintf("≤ %d MiB", targetIdleRSS/mib), verdict(p.idle, targetIdleRSS)})
+		tab.add(row{fmt.Sprintf("(e) RSS peak during the N-at-once cases (N=%v): %s", ns, p.name), fmt.Sprintf("%.1f MiB", float64(p.peak)/mib), "", "",
 			fmt.Sprintf("≤ %d MiB", targetLoadedRSS/mib), verdict(p.peak, targetLoadedRSS)})
-		tab.add(row{"VmHWM since start: " + p.name, fmt.Sprintf("%.1f MiB", float64(hwm)/mib), "", "", "—", "info"})
+		tab.add(row{"(e) VmHWM since start: " + p.name, fmt.Sprintf("%.1f MiB", float64(hwm)/mib), "", "", "—", "info"})
 	}
 	host, _ := os.Hostname()
 	out, _ := exec.Command("uname", "-r").Output()
