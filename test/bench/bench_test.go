@@ -161,6 +161,28 @@ func TestBench(t *testing.T) {
 	}
 	sc := storageClass(t, ctx)
 
+	// The table is printed even when a case fails half-way: what was
+	// measured by then is worth having.
+	defer func() {
+		for _, p := range procs {
+			hwm := p.status("VmHWM")
+			verdict := func(v, target int64) string {
+				if v > target {
+					return "OVER"
+				}
+				return "PASS"
+			}
+			tab.add(row{"(e) RSS idle: " + p.name, fmt.Sprintf("%.1f MiB", float64(p.idle)/mib), "", "", fmt.Sprintf("≤ %d MiB", targetIdleRSS/mib), verdict(p.idle, targetIdleRSS)})
+			tab.add(row{fmt.Sprintf("(e) RSS peak during the N-at-once cases (N=%v): %s", ns, p.name), fmt.Sprintf("%.1f MiB", float64(p.peak)/mib), "", "",
+				fmt.Sprintf("≤ %d MiB", targetLoadedRSS/mib), verdict(p.peak, targetLoadedRSS)})
+			tab.add(row{"(e) VmHWM since start: " + p.name, fmt.Sprintf("%.1f MiB", float64(hwm)/mib), "", "", "—", "info"})
+		}
+		host, _ := os.Hostname()
+		out, _ := exec.Command("uname", "-r").Output()
+		tab.print(os.Stdout, fmt.Sprintf("pav bench-e2e: %s, %d cores (nproc), kernel %s, repetitions %d, N %v, at %s",
+			host, nproc(), strings.TrimSpace(string(out)), reps, ns, time.Now().UTC().Format(time.RFC3339)))
+	}()
+
 	// (a) and (b): one at a time, alternating.
 	single(t, ctx, tab, sc, reps)
 
@@ -168,23 +190,6 @@ func TestBench(t *testing.T) {
 	for _, n := range ns {
 		atOnce(t, ctx, tab, sc, n, min(n, maxClients), procs)
 	}
-	for _, p := range procs {
-		hwm := p.status("VmHWM")
-		verdict := func(v, target int64) string {
-			if v > target {
-				return "OVER"
-			}
-			return "PASS"
-		}
-		tab.add(row{"(e) RSS idle: " + p.name, fmt.Sprintf("%.1f MiB", float64(p.idle)/mib), "", "", fmt.Sprintf("≤ %d MiB", targetIdleRSS/mib), verdict(p.idle, targetIdleRSS)})
-		tab.add(row{fmt.Sprintf("(e) RSS peak during the N-at-once cases (N=%v): %s", ns, p.name), fmt.Sprintf("%.1f MiB", float64(p.peak)/mib), "", "",
-			fmt.Sprintf("≤ %d MiB", targetLoadedRSS/mib), verdict(p.peak, targetLoadedRSS)})
-		tab.add(row{"(e) VmHWM since start: " + p.name, fmt.Sprintf("%.1f MiB", float64(hwm)/mib), "", "", "—", "info"})
-	}
-	host, _ := os.Hostname()
-	out, _ := exec.Command("uname", "-r").Output()
-	tab.print(os.Stdout, fmt.Sprintf("pav bench-e2e: %s, %d cores (nproc), kernel %s, repetitions %d, N %v, at %s",
-		host, nproc(), strings.TrimSpace(string(out)), reps, ns, time.Now().UTC().Format(time.RFC3339)))
 }
 
 func nproc() int {

@@ -134,6 +134,9 @@ func atOnce(t *testing.T, ctx context.Context, tab *table, sc string, n, clients
 		_, err := pods.Create(ctx, pod(ns, b, false, ""), metav1.CreateOptions{})
 		return err
 	}, has(podsIn(ctx, ns, corev1.PodSucceeded)))
+	// Completed pods still count against the node's 110 pods: gone before
+	// the clients and running bare pods come (not timed).
+	timed(t, ctx, "completed bare pods deleted", bares, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
 	clPav := timed(t, ctx, "clients → Running", cls, func(c string) error {
 		_, err := pods.Create(ctx, pod(ns, c, true, "v"+strings.TrimPrefix(c, "client")), metav1.CreateOptions{})
 		return err
