@@ -137,17 +137,18 @@ func atOnce(t *testing.T, ctx context.Context, tab *table, sc string, n, clients
 	// Completed pods still count against the node's 110 pods: gone before
 	// the clients and running bare pods come (not timed).
 	timed(t, ctx, "completed bare pods deleted", bares, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
+	// Clients and running bare pods never share the node (min(N, 50) of
+	// each and the cluster's own pods would pass its 110).
 	clPav := timed(t, ctx, "clients → Running", cls, func(c string) error {
 		_, err := pods.Create(ctx, pod(ns, c, true, "v"+strings.TrimPrefix(c, "client")), metav1.CreateOptions{})
 		return err
 	}, has(podsIn(ctx, ns, corev1.PodRunning)))
+	dClients := timed(t, ctx, "clients deleted", cls, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
 	clBare := timed(t, ctx, "bare pods → Running", sleepers, func(s string) error {
 		_, err := pods.Create(ctx, pod(ns, s, true, ""), metav1.CreateOptions{})
 		return err
 	}, has(podsIn(ctx, ns, corev1.PodRunning)))
-
 	dBareRunning := timed(t, ctx, "running bare pods deleted", sleepers, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
-	dClients := timed(t, ctx, "clients deleted", cls, deletePod(ctx, ns), gone(podsIn(ctx, ns, "")))
 	pvOf := map[string]string{}
 	l, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
