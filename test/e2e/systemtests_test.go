@@ -18,7 +18,7 @@ import (
 // (no registry here) and PaV's 60-second "stays Pending" holds are
 // systemHold, to keep the suite short.
 
-const systemHold = 30 * time.Second
+const systemHold = 15 * time.Second
 
 // systemProvisioner is PaV's system-test provisioner: every pod of every phase
 // but staging writes a file to /pav and succeeds; staging writes a greeting and
