@@ -166,7 +166,8 @@ func loopsOf(s string) []string {
 	out, _ := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
 	var devs []string
 	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) == 2 && strings.Contains(f[1], s) {
+		// The backing file may end in " (deleted)".
+		if f := strings.Fields(l); len(f) >= 2 && strings.Contains(strings.Join(f[1:], " "), s) {
 			devs = append(devs, f[0])
 		}
 	}
@@ -370,6 +371,13 @@ func TestNodeReboot(t *testing.T) {
 
 			e.reboot(func() {
 				killPodContainers(t, killed...)
+				// kubelet keeps a mapped Block volume open through a loop device of
+				// its own over the published device file (named after the PV until
+				// that file is unmounted): a reboot undoes it too, and the volume's
+				// loop device is only freed once it is gone.
+				for _, l := range loopsOf(pv.Name) {
+					run(t, "losetup", "-d", l)
+				}
 				unmountVolume(t, pv.Name, handle)
 				for _, l := range loops {
 					run(t, "losetup", "-d", l)

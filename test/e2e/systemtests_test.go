@@ -18,7 +18,7 @@ import (
 // (no registry here) and PaV's 60-second "stays Pending" holds are
 // systemHold, to keep the suite short.
 
-const systemHold = 30 * time.Second
+const systemHold = 15 * time.Second
 
 // systemProvisioner is PaV's system-test provisioner: every pod of every phase
 // but staging writes a file to /pav and succeeds; staging writes a greeting and
@@ -123,14 +123,22 @@ type systemEnv struct {
 
 func newSystemEnv(t *testing.T) *systemEnv {
 	e := &systemEnv{env: newEnv(t), dir: t.TempDir()}
+	// PaV's names are cluster-scoped and fixed: a run killed before its
+	// clean-up (a test timeout, an interrupted make e2e) must not fail the next.
+	deleteSystemObjects()
 	t.Cleanup(func() {
 		// After a failure: claims first, so that the provisioner can go.
 		_, _ = kubectlErr("-n", e.ns, "delete", "pods,pvc", "--all", "--timeout=60s")
-		_, _ = kubectlErr("delete", "pav", "my-provisioner", "--ignore-not-found", "--timeout=90s")
-		_, _ = kubectlErr("delete", "storageclass", "my-sc", "--ignore-not-found")
-		_, _ = kubectlErr("delete", "pv", "my-pv", "--ignore-not-found")
+		deleteSystemObjects()
 	})
 	return e
+}
+
+// deleteSystemObjects deletes the cluster-scoped objects of PaV's system tests.
+func deleteSystemObjects() {
+	_, _ = kubectlErr("delete", "pav", "my-provisioner", "--ignore-not-found", "--timeout=90s")
+	_, _ = kubectlErr("delete", "storageclass", "my-sc", "--ignore-not-found")
+	_, _ = kubectlErr("delete", "pv", "my-pv", "--ignore-not-found")
 }
 
 // file writes a manifest for kubectl -f.

@@ -19,6 +19,8 @@ import (
 // what the suite's setup installed, so that the cluster is as it found it.
 func TestUninstall(t *testing.T) {
 	ctx := context.Background()
+	// make demo's claim and pod, if the demo ran on this cluster.
+	kubectl(t, "delete", "-f", repo+"/examples/hello-world/usage.yaml", "--ignore-not-found", "--timeout=120s")
 	// `kubectl delete pav --all` rightly waits for every volume of every
 	// provisioner: on a cluster shared with other work, a volume this suite did
 	// not make (and cannot delete) would hold it.
@@ -27,7 +29,7 @@ func TestUninstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pv := range pvs.Items {
-		if d := pv.Annotations["pv.kubernetes.io/provisioned-by"]; pv.Spec.CSI != nil && d == pv.Spec.CSI.Driver && d != driver && d != "hello-world" {
+		if d := pv.Annotations["pv.kubernetes.io/provisioned-by"]; pv.Spec.CSI != nil && d == pv.Spec.CSI.Driver {
 			if _, err := getProvisioner(ctx, d); err == nil {
 				t.Skipf("PV %s of provisioner %s, which this suite did not make, exists: uninstalling would (rightly) wait for it; run on a cluster of its own", pv.Name, d)
 			}
@@ -35,7 +37,12 @@ func TestUninstall(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		start := time.Now()
-		run(t, repo+"/hack/install-local.sh", repo+"/test/e2e/pav-e2e/provisioner.yaml", repo+"/examples/hello-world/provisioner.yaml")
+		// As make deploy-e2e installs it.
+		examples, err := filepath.Glob(repo + "/examples/*/provisioner.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, repo+"/hack/install-local.sh", append([]string{repo + "/test/e2e/pav-e2e/provisioner.yaml"}, examples...)...)
 		t.Logf("reinstalled in %v", time.Since(start).Round(time.Second))
 	})
 	start := time.Now()
