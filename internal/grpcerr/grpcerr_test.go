@@ -27,24 +27,20 @@ import (
 // a final CreateVolume error ends the attempt (an event on the PVC; retried
 // only while the PVC exists); a non-final one means "maybe still in progress",
 // and it retries with the same claim even after the PVC is deleted.
-func externalProvisionerFinal(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok {
-		return false
-	}
-	switch st.Code() {
-	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
-		return false
-	}
-	return true
-}
+func externalProvisionerFinal(err error) bool { return finalUnlessInProgress(err) }
 
 // kubeletFinal is kubelet's isFinalError
 // (https://github.com/kubernetes/kubernetes/blob/master/pkg/volume/csi/csi_client.go):
 // after a final NodeStageVolume error the device counts as not mounted and
 // NodeUnstageVolume is never called; after a non-final one it is "uncertain",
 // and NodeUnstageVolume will come.
-func kubeletFinal(err error) bool {
+func kubeletFinal(err error) bool { return finalUnlessInProgress(err) }
+
+// finalUnlessInProgress is the rule both callers' sources write out, each in
+// its own words: these five codes mean "maybe still in progress", every other
+// gRPC status is final. (Should one of them change, its function above gets
+// its own body again.)
+func finalUnlessInProgress(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok {
 		return false

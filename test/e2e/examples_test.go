@@ -25,7 +25,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -38,32 +37,11 @@ const (
 	storeNamespace = "pav-object-store"
 )
 
-// waitExample waits for an example's controller and node plugins and for the kubelet to
-// have registered its driver.
+// waitExample waits until an example's PavProvisioner is Ready, its plugins
+// are ready and the kubelet has registered its driver.
 func waitExample(t *testing.T, name string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(bgCtx(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := client.CoreV1().Pods("pav").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
-		if err != nil || len(pods.Items) < 2 {
-			return false, nil
-		}
-		for _, p := range pods.Items {
-			if !podReady(&p) {
-				return false, nil
-			}
-		}
-		nodes, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
-		if err != nil || len(nodes.Items) == 0 {
-			return false, nil
-		}
-		for _, d := range nodes.Items[0].Spec.Drivers {
-			if d.Name == name {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
+	if err := waitProvisionerReady(bgCtx(), name, 3*time.Minute); err != nil {
 		t.Fatalf("the %s example's driver is not ready (make deploy-e2e deploys it): %v", name, err)
 	}
 }

@@ -174,6 +174,22 @@ func (e *systemEnv) staysPhase(what, phase string, d time.Duration) {
 	}
 }
 
+// podReadsHello runs PaV's pod my-pod on claims: it must read each volume's
+// "Hello, world!" and claim name, in order; then it is deleted.
+func (e *systemEnv) podReadsHello(claims ...string) {
+	e.t.Helper()
+	e.kubectl("create", "-f", e.file("pod.yaml", systemPod("my-pod", claims...)))
+	e.waitFor("pod/my-pod", "jsonpath={.status.phase}=Succeeded", 60*time.Second)
+	want := ""
+	for _, c := range claims {
+		want += "Hello, world!\n" + c + "\n"
+	}
+	if out := e.kubectl("logs", "my-pod"); out != want {
+		e.t.Fatalf("the pod read %q, want %q", out, want)
+	}
+	e.kubectl("delete", "pod", "my-pod", "--timeout=60s")
+}
+
 // deletePav is PaV's last step: `kubectl delete pav my-provisioner
 // --timeout=60s` must succeed, and pav leaves nothing behind.
 func (e *systemEnv) deletePav() {
@@ -190,12 +206,7 @@ func TestSystemDynamicProvisioning(t *testing.T) {
 	e.waitFor("pvc/my-pvc", "jsonpath={.status.phase}=Bound", 60*time.Second)
 	t.Logf("PVC Bound %v after the PavProvisioner was created", time.Since(start).Round(100*time.Millisecond))
 	e.kubectl("delete", "-f", e.file("sc.yaml", systemSC))
-	e.kubectl("create", "-f", e.file("pod.yaml", systemPod("my-pod", "my-pvc")))
-	e.waitFor("pod/my-pod", "jsonpath={.status.phase}=Succeeded", 60*time.Second)
-	if out := e.kubectl("logs", "my-pod"); out != "Hello, world!\nmy-pvc\n" {
-		t.Fatalf("the pod read %q", out)
-	}
-	e.kubectl("delete", "pod", "my-pod", "--timeout=60s")
+	e.podReadsHello("my-pvc")
 	e.kubectl("delete", "pvc", "my-pvc", "--timeout=60s")
 	e.deletePav()
 }
@@ -206,12 +217,7 @@ func TestSystemStaticProvisioning(t *testing.T) {
 	e.kubectl("create", "-f", e.file("pv.yaml", systemPV))
 	e.kubectl("create", "-f", e.file("pvc.yaml", systemPVC("my-pvc", "", true)))
 	e.waitFor("pvc/my-pvc", "jsonpath={.status.phase}=Bound", 60*time.Second)
-	e.kubectl("create", "-f", e.file("pod.yaml", systemPod("my-pod", "my-pvc")))
-	e.waitFor("pod/my-pod", "jsonpath={.status.phase}=Succeeded", 60*time.Second)
-	if out := e.kubectl("logs", "my-pod"); out != "Hello, world!\nmy-pvc\n" {
-		t.Fatalf("the pod read %q", out)
-	}
-	e.kubectl("delete", "pod", "my-pod", "--timeout=60s")
+	e.podReadsHello("my-pvc")
 	e.kubectl("delete", "pvc", "my-pvc", "--timeout=60s")
 	// The static PV stays (Released, reclaim policy Retain): it does not hold the provisioner.
 	e.deletePav()
@@ -276,16 +282,7 @@ func TestSystemMountThreeVolumes(t *testing.T) {
 	for _, c := range claims {
 		e.waitFor("pvc/"+c, "jsonpath={.status.phase}=Bound", 60*time.Second)
 	}
-	e.kubectl("create", "-f", e.file("pod.yaml", systemPod("my-pod", claims...)))
-	e.waitFor("pod/my-pod", "jsonpath={.status.phase}=Succeeded", 60*time.Second)
-	want := ""
-	for _, c := range claims {
-		want += "Hello, world!\n" + c + "\n"
-	}
-	if out := e.kubectl("logs", "my-pod"); out != want {
-		t.Fatalf("the pod read %q, want %q", out, want)
-	}
-	e.kubectl("delete", "pod", "my-pod", "--timeout=60s")
+	e.podReadsHello(claims...)
 	for _, c := range claims {
 		e.kubectl("delete", "pvc", c, "--timeout=60s")
 	}
