@@ -51,10 +51,22 @@ const (
 	PhaseDeletion   Phase = "deletion"
 	PhaseStaging    Phase = "staging"
 	PhaseUnstaging  Phase = "unstaging"
+
+	// Beyond PaV (additive; README "Expansion, snapshots, clones and topology").
+
+	// PhaseExpansion grows a volume, controller side (ControllerExpandVolume).
+	PhaseExpansion Phase = "expansion"
+	// PhaseNodeExpansion grows a staged volume on its node (NodeExpandVolume).
+	PhaseNodeExpansion Phase = "nodeexpansion"
+	// PhaseSnapshotCreation and PhaseSnapshotDeletion make and remove a
+	// snapshot of a volume (CreateSnapshot, DeleteSnapshot).
+	PhaseSnapshotCreation Phase = "snapshotcreation"
+	PhaseSnapshotDeletion Phase = "snapshotdeletion"
 )
 
-// Phases lists the phases in lifecycle order.
-var Phases = []Phase{PhaseValidation, PhaseCreation, PhaseDeletion, PhaseStaging, PhaseUnstaging}
+// Phases lists the phases in lifecycle order: PaV's five, then pav's own.
+var Phases = []Phase{PhaseValidation, PhaseCreation, PhaseDeletion, PhaseStaging, PhaseUnstaging,
+	PhaseExpansion, PhaseNodeExpansion, PhaseSnapshotCreation, PhaseSnapshotDeletion}
 
 // Field is the spec field that holds the phase ("volumeValidation", ...).
 func (p Phase) Field() string {
@@ -69,6 +81,14 @@ func (p Phase) Field() string {
 		return "volumeStaging"
 	case PhaseUnstaging:
 		return "volumeUnstaging"
+	case PhaseExpansion:
+		return "volumeExpansion"
+	case PhaseNodeExpansion:
+		return "volumeNodeExpansion"
+	case PhaseSnapshotCreation:
+		return "snapshotCreation"
+	case PhaseSnapshotDeletion:
+		return "snapshotDeletion"
 	}
 	return ""
 }
@@ -93,6 +113,29 @@ type PavProvisionerSpec struct {
 	VolumeDeletion   *Value `json:"volumeDeletion,omitempty"`
 	VolumeStaging    *Value `json:"volumeStaging,omitempty"`
 	VolumeUnstaging  *Value `json:"volumeUnstaging,omitempty"`
+
+	// Beyond PaV: optional, additive phases (same templating and /pav contract).
+
+	// VolumeExpansion (controller side) grows volumes: ControllerExpandVolume
+	// runs its pod, if any. Its presence advertises EXPAND_VOLUME.
+	VolumeExpansion *Value `json:"volumeExpansion,omitempty"`
+	// VolumeNodeExpansion grows a staged volume on its node (NodeExpandVolume,
+	// e.g. resize2fs or losetup -c); it needs VolumeExpansion.
+	VolumeNodeExpansion *Value `json:"volumeNodeExpansion,omitempty"`
+	// SnapshotCreation and SnapshotDeletion make and remove snapshots
+	// (CreateSnapshot, DeleteSnapshot, ListSnapshots); Dynamic only.
+	SnapshotCreation *Value `json:"snapshotCreation,omitempty"`
+	SnapshotDeletion *Value `json:"snapshotDeletion,omitempty"`
+	// Topology makes volumes topology-aware: never templated, since the node
+	// plugin reports it before any volume exists.
+	Topology *Topology `json:"topology,omitempty"`
+}
+
+// Topology names the node labels that make up a node's topology segment
+// (NodeGetInfo's accessible_topology), e.g. [topology.kubernetes.io/zone] for
+// zonal storage or [kubernetes.io/hostname] for node-local storage.
+type Topology struct {
+	NodeLabels []string `json:"nodeLabels"`
 }
 
 // Phase returns the raw (unevaluated) subtree of a phase, or nil when absent.
@@ -108,6 +151,14 @@ func (s *PavProvisionerSpec) Phase(p Phase) *Value {
 		return s.VolumeStaging
 	case PhaseUnstaging:
 		return s.VolumeUnstaging
+	case PhaseExpansion:
+		return s.VolumeExpansion
+	case PhaseNodeExpansion:
+		return s.VolumeNodeExpansion
+	case PhaseSnapshotCreation:
+		return s.SnapshotCreation
+	case PhaseSnapshotDeletion:
+		return s.SnapshotDeletion
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ func Check(p *v1alpha1.PavProvisioner) error {
 		seen[m] = true
 	}
 	dynamic := p.Spec.HasMode(v1alpha1.Dynamic)
-	for _, ph := range []v1alpha1.Phase{v1alpha1.PhaseCreation, v1alpha1.PhaseDeletion} {
+	for _, ph := range []v1alpha1.Phase{v1alpha1.PhaseCreation, v1alpha1.PhaseDeletion, v1alpha1.PhaseSnapshotCreation, v1alpha1.PhaseSnapshotDeletion} {
 		if v := p.Spec.Phase(ph); v != nil && v.Data != nil && !dynamic {
 			return fieldErr("spec."+ph.Field(), "is only allowed when spec.provisioningModes contains Dynamic")
 		}
@@ -87,26 +87,24 @@ func Check(p *v1alpha1.PavProvisioner) error {
 			return err
 		}
 	}
-	return nil
+	_, err := FeaturesOf(&p.Spec)
+	return err
 }
 
 func checkLiteral(ph v1alpha1.Phase, data any, path string, dynamic bool) error {
-	var err error
-	switch ph {
-	case v1alpha1.PhaseValidation:
-		var m map[string]any
-		if m, err = asObject(data, path, []string{"volumeModes", "accessModes", "minCapacity", "maxCapacity", "podTemplate"}); err == nil {
+	m, err := asObject(data, path, phaseFields[ph])
+	if err == nil {
+		switch ph {
+		case v1alpha1.PhaseValidation:
 			_, err = decodeValidation(m, true)
-		}
-	case v1alpha1.PhaseCreation:
-		var m map[string]any
-		if m, err = asObject(data, path, []string{"handle", "capacity", "podTemplate"}); err == nil {
+		case v1alpha1.PhaseCreation:
 			_, err = decodeCreation(m, true)
-		}
-	default:
-		var m map[string]any
-		if m, err = asObject(data, path, []string{"podTemplate"}); err == nil {
-			_, err = decodePodPhase(m, path, ph == v1alpha1.PhaseStaging, true)
+		case v1alpha1.PhaseExpansion:
+			_, err = decodeExpansion(m, true)
+		case v1alpha1.PhaseSnapshotCreation:
+			_, err = decodeSnapshot(m, true)
+		default:
+			_, err = decodePodPhase(m, path, requiredPodTemplate(ph), true)
 		}
 	}
 	if err != nil {

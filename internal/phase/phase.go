@@ -35,6 +35,47 @@ type CreationConfig struct {
 	Handle      string // "" when the pod or the default decides
 	Capacity    *int64 // nil when the pod must report it
 	PodTemplate *corev1.PodTemplateSpec
+	// ContentSources lists what a volume may be created from: "Snapshot",
+	// "Volume" (the creation pod handles `source`); empty: nothing.
+	ContentSources []string
+	// AccessibleTopology is where the volume can be reached (segments, each
+	// a map of topology key to value); /pav/topology wins. nil: not said.
+	AccessibleTopology []map[string]string
+}
+
+// ExpansionConfig is an evaluated spec.volumeExpansion.
+type ExpansionConfig struct {
+	// Online: the volume may grow while pods use it (ONLINE); false: only
+	// while no pod uses it (OFFLINE).
+	Online bool
+	// Capacity is the grown volume's capacity; nil: what was asked for (or
+	// the pod's /pav/capacity).
+	Capacity    *int64
+	PodTemplate *corev1.PodTemplateSpec
+}
+
+// SnapshotConfig is an evaluated spec.snapshotCreation.
+type SnapshotConfig struct {
+	Handle      string // "" when the pod or the default decides
+	PodTemplate *corev1.PodTemplateSpec
+}
+
+// Fields a phase object may hold, by phase.
+var phaseFields = map[v1alpha1.Phase][]string{
+	v1alpha1.PhaseValidation:       {"volumeModes", "accessModes", "minCapacity", "maxCapacity", "podTemplate"},
+	v1alpha1.PhaseCreation:         {"handle", "capacity", "podTemplate", "contentSources", "accessibleTopology"},
+	v1alpha1.PhaseDeletion:         {"podTemplate"},
+	v1alpha1.PhaseStaging:          {"podTemplate"},
+	v1alpha1.PhaseUnstaging:        {"podTemplate"},
+	v1alpha1.PhaseExpansion:        {"online", "capacity", "podTemplate"},
+	v1alpha1.PhaseNodeExpansion:    {"podTemplate"},
+	v1alpha1.PhaseSnapshotCreation: {"handle", "podTemplate"},
+	v1alpha1.PhaseSnapshotDeletion: {"podTemplate"},
+}
+
+// requiredPodTemplate: phases whose object must hold a podTemplate.
+func requiredPodTemplate(ph v1alpha1.Phase) bool {
+	return ph == v1alpha1.PhaseStaging || ph == v1alpha1.PhaseNodeExpansion
 }
 
 // PodConfig is an evaluated spec.volumeDeletion, spec.volumeStaging or
@@ -105,7 +146,7 @@ func asObject(v any, path string, allowed []string) (map[string]any, error) {
 // Validation evaluates spec.volumeValidation with a validation context and applies
 // PaV's defaults (volume modes [Filesystem], access modes RWO/ROX/RWX, minimum 1 byte).
 func (e *Evaluator) Validation(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*ValidationConfig, error) {
-	m, err := e.tree(ctx, p, v1alpha1.PhaseValidation, vars, "volumeModes", "accessModes", "minCapacity", "maxCapacity", "podTemplate")
+	m, err := e.tree(ctx, p, v1alpha1.PhaseValidation, vars, phaseFields[v1alpha1.PhaseValidation]...)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +213,7 @@ func decodeValidation(m map[string]any, literalOnly bool) (*ValidationConfig, er
 // Creation evaluates spec.volumeCreation with a creation context. dynamic tells
 // whether the provisioner allows dynamic provisioning at all.
 func (e *Evaluator) Creation(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*CreationConfig, error) {
-	m, err := e.tree(ctx, p, v1alpha1.PhaseCreation, vars, "handle", "capacity", "podTemplate")
+	m, err := e.tree(ctx, p, v1alpha1.PhaseCreation, vars, phaseFields[v1alpha1.PhaseCreation]...)
 	if err != nil {
 		return nil, err
 	}
@@ -207,10 +248,125 @@ func decodeCreation(m map[string]any, literalOnly bool) (*CreationConfig, error)
 		}
 		c.PodTemplate = t
 	}
+	if m["contentSources"] != nil {
+		if isTemplate(m["contentSources"]) {
+			return nil, fieldErr(path+".contentSources", "must be a literal list, not a template: it is advertised (CLONE_VOLUME) before any volume exists")
+		}
+		srcs, err := enumList(m["contentSources"], path+".contentSources", false, SourceSnapshot, SourceVolume)
+		if err != nil {
+			return nil, err
+		}
+		c.ContentSources = srcs
+	}
+	if !skip("accessibleTopology") {
+		t, err := TopologySegments(m["accessibleTopology"], path+".accessibleTopology")
+		if err != nil {
+			return nil, err
+		}
+		c.AccessibleTopology = t
+	}
 	if !literalOnly && c.Capacity == nil && c.PodTemplate == nil {
 		return nil, fieldErr(path, "needs capacity or podTemplate: without a creation pod to report /pav/capacity, the capacity must be given")
 	}
 	return c, nil
+}
+
+// Content sources a volume may be created from (volumeCreation.contentSources).
+const (
+	SourceSnapshot = "Snapshot"
+	SourceVolume   = "Volume"
+)
+
+// Expansion evaluates spec.volumeExpansion with an expansion context; nil
+// when the provisioner has none (volumes cannot grow).
+func (e *Evaluator) Expansion(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*ExpansionConfig, error) {
+	if raw := p.Spec.VolumeExpansion; raw == nil || raw.Data == nil {
+		return nil, nil
+	}
+	m, err := e.tree(ctx, p, v1alpha1.PhaseExpansion, vars, phaseFields[v1alpha1.PhaseExpansion]...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeExpansion(m, false)
+}
+
+func decodeExpansion(m map[string]any, literalOnly bool) (*ExpansionConfig, error) {
+	const path = "spec.volumeExpansion"
+	c := &ExpansionConfig{Online: true}
+	skip := func(k string) bool { return m[k] == nil || literalOnly && isTemplate(m[k]) }
+	if m["online"] != nil {
+		b, ok := m["online"].(bool)
+		if !ok {
+			return nil, fieldErr(path+".online", "must be a literal boolean (true: volumes grow while in use; false: only while unused), got %s: it is advertised before any volume exists", describe(m["online"]))
+		}
+		c.Online = b
+	}
+	if !skip("capacity") {
+		n, err := ParseCapacity(m["capacity"], Floor)
+		if err != nil {
+			return nil, fieldErr(path+".capacity", "%v", err)
+		}
+		c.Capacity = &n
+	}
+	if !skip("podTemplate") {
+		t, err := podTemplate(m["podTemplate"], path+".podTemplate", literalOnly)
+		if err != nil {
+			return nil, err
+		}
+		c.PodTemplate = t
+	}
+	return c, nil
+}
+
+// NodeExpansion evaluates spec.volumeNodeExpansion with a node expansion
+// context; nil when the provisioner has none.
+func (e *Evaluator) NodeExpansion(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*PodConfig, error) {
+	if raw := p.Spec.VolumeNodeExpansion; raw == nil || raw.Data == nil {
+		return nil, nil
+	}
+	return e.podPhase(ctx, p, v1alpha1.PhaseNodeExpansion, vars, true)
+}
+
+// SnapshotCreation evaluates spec.snapshotCreation with a snapshot context;
+// nil when the provisioner takes no snapshots.
+func (e *Evaluator) SnapshotCreation(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*SnapshotConfig, error) {
+	if raw := p.Spec.SnapshotCreation; raw == nil || raw.Data == nil {
+		return nil, nil
+	}
+	m, err := e.tree(ctx, p, v1alpha1.PhaseSnapshotCreation, vars, phaseFields[v1alpha1.PhaseSnapshotCreation]...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeSnapshot(m, false)
+}
+
+func decodeSnapshot(m map[string]any, literalOnly bool) (*SnapshotConfig, error) {
+	const path = "spec.snapshotCreation"
+	c := &SnapshotConfig{}
+	skip := func(k string) bool { return m[k] == nil || literalOnly && isTemplate(m[k]) }
+	if !skip("handle") {
+		h, ok := m["handle"].(string)
+		if !ok {
+			return nil, fieldErr(path+".handle", "must be a string, got %s", typeName(m["handle"]))
+		}
+		if strings.TrimSpace(h) == "" {
+			return nil, fieldErr(path+".handle", "must not be empty (omit it to use the pod's /pav/handle or the default handle)")
+		}
+		c.Handle = h
+	}
+	if !skip("podTemplate") {
+		t, err := podTemplate(m["podTemplate"], path+".podTemplate", literalOnly)
+		if err != nil {
+			return nil, err
+		}
+		c.PodTemplate = t
+	}
+	return c, nil
+}
+
+// SnapshotDeletion evaluates spec.snapshotDeletion with a snapshot deletion context.
+func (e *Evaluator) SnapshotDeletion(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*PodConfig, error) {
+	return e.podPhase(ctx, p, v1alpha1.PhaseSnapshotDeletion, vars, false)
 }
 
 // Deletion evaluates spec.volumeDeletion with a deletion context.
@@ -229,7 +385,7 @@ func (e *Evaluator) Unstaging(ctx context.Context, p *v1alpha1.PavProvisioner, v
 }
 
 func (e *Evaluator) podPhase(ctx context.Context, p *v1alpha1.PavProvisioner, ph v1alpha1.Phase, vars templating.Vars, required bool) (*PodConfig, error) {
-	m, err := e.tree(ctx, p, ph, vars, "podTemplate")
+	m, err := e.tree(ctx, p, ph, vars, phaseFields[ph]...)
 	if err != nil {
 		return nil, err
 	}
