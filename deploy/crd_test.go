@@ -332,6 +332,9 @@ const staging = `volumeStaging: {podTemplate: {spec: {containers: [{name: c, ima
 // static is the start of a minimal valid spec (close it with "}").
 const static = `{provisioningModes: [Static], ` + staging
 
+// dynamic is the start of a dynamic spec (add volumeCreation and close it with "}").
+const dynamic = `{provisioningModes: [Dynamic], ` + staging
+
 var validObjects = []struct{ name, obj string }{
 	{"hello world", `
 apiVersion: pav.albertofaria.github.io/v1alpha1
@@ -544,6 +547,20 @@ spec:
 	{"modes in the other order, single-letter name", pav("p", `{provisioningModes: [Static, Dynamic], volumeCreation: {handle: "{{ defaultHandle }}", podTemplate: {spec: {containers: [{name: c, image: b}]}}}, `+staging+`}`)},
 	{"containers from a template", pav("templated-containers", `{provisioningModes: [Static], volumeStaging: {podTemplate: {metadata: {name: ignored}, spec: {containers: "{% set yaml = true %}[{name: c, image: {{ params.image }}}]"}}}}`)},
 	{"null optional phases count as absent", pav("nulls", `{provisioningModes: [Static], volumeValidation: null, volumeCreation: null, `+staging+`}`)},
+
+	// Beyond PaV: expansion, snapshots, clones and topology.
+	{"every new field, literal", pav("everything", dynamic+`, volumeCreation: {capacity: 1Gi, contentSources: [Snapshot, Volume], accessibleTopology: [{topology.kubernetes.io/zone: a}, {topology.kubernetes.io/zone: b, example.com/rack: r-1}]}, `+
+		`volumeExpansion: {online: false, capacity: 2Gi, podTemplate: {spec: {containers: [{name: grow, image: busybox}]}}}, `+
+		`volumeNodeExpansion: {podTemplate: {spec: {containers: [{name: resize, image: busybox}]}}}, `+
+		`snapshotCreation: {handle: "snap-{{ snapshotName }}", podTemplate: {spec: {containers: [{name: snap, image: busybox}]}}}, `+
+		`snapshotDeletion: {podTemplate: {spec: {containers: [{name: unsnap, image: busybox}]}}}, `+
+		`topology: {nodeLabels: [kubernetes.io/hostname, topology.kubernetes.io/zone, zone]}}`)},
+	{"expansion without a pod: any growth", pav("grow", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeExpansion: {}}`)},
+	{"new phases as templates", pav("templated-new", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeExpansion: "{% set yaml = true %}capacity: {{ requestedCapacity }}", volumeNodeExpansion: "{% set yaml = true %}podTemplate: {spec: {containers: [{name: c, image: b}]}}", snapshotCreation: "{% set yaml = true %}{}", snapshotDeletion: {podTemplate: "{% set yaml = true %}spec: {containers: [{name: c, image: b}]}"}}`)},
+	{"new fields as templates", pav("templated-fields", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: "{% set yaml = true %}[{zone: {{ params.zone }}}]"}, volumeExpansion: {capacity: "{{ requestedCapacity }}", podTemplate: "{% set yaml = true %}spec: {containers: [{name: c, image: b}]}"}}`)},
+	{"one accessible segment with a templated value", pav("one-segment", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: {topology.kubernetes.io/zone: "{{ params.zone }}"}}}`)},
+	{"clones only, empty topology value", pav("clones", dynamic+`, volumeCreation: {capacity: 1Gi, contentSources: [Volume], accessibleTopology: [{example.com/pool: ""}]}}`)},
+	{"topology on a static provisioner", pav("static-topology", static+`, topology: {nodeLabels: [kubernetes.io/hostname]}}`)},
 }
 
 func TestValidObjects(t *testing.T) {
@@ -644,6 +661,53 @@ var invalidObjects = []struct {
 	{"number where a string (handle) is expected", pav("x", `{provisioningModes: [Dynamic], volumeCreation: {handle: 42, capacity: 1Gi}, `+staging+`}`), "crd", "spec.volumeCreation.handle", `must be of type string: "integer"`},
 	{"empty handle", pav("x", `{provisioningModes: [Dynamic], volumeCreation: {handle: "", capacity: 1Gi}, `+staging+`}`), "crd", "spec.volumeCreation.handle", "should be at least 1 chars long"},
 
+	// volumeExpansion, volumeNodeExpansion
+	{"online as a template", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, volumeExpansion: {online: "{{ params.online }}"}}`), "crd", "spec.volumeExpansion.online", "must be of type boolean"},
+	{"online as a string", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, volumeExpansion: {online: "yes"}}`), "crd", "spec.volumeExpansion.online", "must be of type boolean"},
+	{"unknown field in volumeExpansion", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, volumeExpansion: {offline: true}}`), "policy", "spec.volumeExpansion", "unknown field(s) offline; volumeExpansion may only hold online, capacity, podTemplate"},
+	{"number for volumeExpansion", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, volumeExpansion: 1}`), "policy", "spec.volumeExpansion", "(found a number)"},
+	{"zero expansion capacity", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, volumeExpansion: {capacity: "0"}}`), "policy", "spec.volumeExpansion.capacity", `(found "0")`},
+	{"negative expansion capacity", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, volumeExpansion: {capacity: -1}}`), "crd", "spec.volumeExpansion.capacity", "should be greater than or equal to 1"},
+	{"expansion pod without containers", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, volumeExpansion: {podTemplate: {spec: {}}}}`), "policy", "spec.volumeExpansion.podTemplate.spec.containers", "needs at least one container"},
+	{"volumeNodeExpansion without volumeExpansion", pav("x", static+`, volumeNodeExpansion: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "crd", "spec.volumeNodeExpansion", "needs spec.volumeExpansion"},
+	{"volumeNodeExpansion without podTemplate", pav("x", static+`, volumeExpansion: {}, volumeNodeExpansion: {}}`), "crd", "spec.volumeNodeExpansion.podTemplate", "Required value"},
+	{"node expansion pod as a whole Pod", pav("x", static+`, volumeExpansion: {}, volumeNodeExpansion: {podTemplate: {kind: Pod, spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.volumeNodeExpansion.podTemplate", "unknown field(s) kind; a pod template may only hold metadata and spec"},
+	{"unknown field in volumeNodeExpansion", pav("x", static+`, volumeExpansion: {}, volumeNodeExpansion: {online: true, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.volumeNodeExpansion", "unknown field(s) online; volumeNodeExpansion may only hold podTemplate"},
+
+	// snapshotCreation, snapshotDeletion
+	{"snapshotCreation without Dynamic", pav("x", static+`, snapshotCreation: {}}`), "crd", "spec.snapshotCreation", "may only be set when spec.provisioningModes contains Dynamic"},
+	{"snapshotDeletion without snapshotCreation", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, snapshotDeletion: {}}`), "crd", "spec.snapshotDeletion", "needs spec.snapshotCreation"},
+	{"empty snapshot handle", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, snapshotCreation: {handle: ""}}`), "crd", "spec.snapshotCreation.handle", "should be at least 1 chars long"},
+	{"unknown field in snapshotCreation", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, snapshotCreation: {capacity: 1Gi}}`), "policy", "spec.snapshotCreation", "unknown field(s) capacity; snapshotCreation may only hold handle, podTemplate"},
+	{"snapshot pod metadata as a list", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, snapshotCreation: {podTemplate: {metadata: [], spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.snapshotCreation.podTemplate.metadata", "(found a list)"},
+	{"snapshot deletion pod with status", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, snapshotCreation: {}, snapshotDeletion: {podTemplate: {spec: {containers: [{name: c, image: b}]}, status: {}}}}`), "policy", "spec.snapshotDeletion.podTemplate", "a pod template may only hold metadata and spec"},
+	{"boolean snapshotDeletion", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, snapshotCreation: {}, snapshotDeletion: true}`), "policy", "spec.snapshotDeletion", "(found a boolean)"},
+
+	// volumeCreation.contentSources, volumeCreation.accessibleTopology
+	{"restores without snapshotCreation", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, contentSources: [Volume, Snapshot]}}`), "policy", "spec.volumeCreation.contentSources", "lists Snapshot, which needs spec.snapshotCreation"},
+	{"unknown content source", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, contentSources: [PVC]}}`), "crd", "spec.volumeCreation.contentSources[0]", `Unsupported value: "PVC": supported values: "Snapshot", "Volume"`},
+	{"content source listed twice", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, contentSources: [Volume, Volume]}}`), "crd", "spec.volumeCreation.contentSources[1]", `Duplicate value: "Volume"`},
+	{"templated contentSources", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, contentSources: "{{ params.sources }}"}}`), "crd", "spec.volumeCreation.contentSources", "must be of type array"},
+	{"empty contentSources", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, contentSources: []}}`), "crd", "spec.volumeCreation.contentSources", "should have at least 1 items"},
+	{"accessibleTopology as a number", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: 3}}`), "policy", "spec.volumeCreation.accessibleTopology", "(found a number)"},
+	{"accessibleTopology as a plain string", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: zone-a}}`), "crd", "spec.volumeCreation.accessibleTopology", `should match '\{\{|\{%'`},
+	{"accessible segment with a bad key", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: [{"zone!": a}]}}`), "policy", "spec.volumeCreation.accessibleTopology", "each segment must be a non-empty map of topology key"},
+	{"accessible segment with a bad value", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: {zone: "a b"}}}`), "policy", "spec.volumeCreation.accessibleTopology", "to a label value or a template string"},
+	{"accessible segment with a number value", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: [{zone: 1}]}}`), "crd", "spec.volumeCreation.accessibleTopology[0].zone", "must be of type string"},
+	{"empty accessible segment", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: [{}]}}`), "crd", "spec.volumeCreation.accessibleTopology[0]", "should have at least 1 properties"},
+	{"accessible segment as a string", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: [zone-a]}}`), "crd", "spec.volumeCreation.accessibleTopology[0]", "must be of type object"},
+
+	// topology (typed, never templated)
+	{"topology without nodeLabels", pav("x", static+`, topology: {}}`), "crd", "spec.topology.nodeLabels", "Required value"},
+	{"empty nodeLabels", pav("x", static+`, topology: {nodeLabels: []}}`), "crd", "spec.topology.nodeLabels", "should have at least 1 items"},
+	{"templated nodeLabels", pav("x", static+`, topology: {nodeLabels: "{{ params.labels }}"}}`), "crd", "spec.topology.nodeLabels", "must be of type array"},
+	{"templated topology", pav("x", static+`, topology: "{% set yaml = true %}nodeLabels: [zone]"}`), "crd", "spec.topology", "must be of type object"},
+	{"node label that is not a label key", pav("x", static+`, topology: {nodeLabels: [kubernetes.io/hostname, "zone/"]}}`), "crd", "spec.topology.nodeLabels[1]", "should match"},
+	{"node label with a 64-character name", pav("x", static+`, topology: {nodeLabels: [example.com/`+strings.Repeat("n", 64)+`]}}`), "crd", "spec.topology.nodeLabels[0]", "should match"},
+	{"node label with a 254-character prefix", pav("x", static+`, topology: {nodeLabels: [`+strings.Repeat("a.", 127)+`b/zone]}}`), "crd", "spec.topology.nodeLabels[0]", "its prefix (before '/') is at most 253 characters"},
+	{"node label listed twice", pav("x", static+`, topology: {nodeLabels: [zone, zone]}}`), "crd", "spec.topology.nodeLabels[1]", `Duplicate value: "zone"`},
+	{"unknown field in topology", pav("x", static+`, topology: {nodeLabels: [zone], keys: [zone]}}`), "crd", "spec.topology.keys", `unknown field "spec.topology.keys"`},
+
 	// status
 	{"condition with an unknown status", pav("x", static+`}`) + "status: {conditions: [{type: Valid, status: Maybe, reason: R, message: m, lastTransitionTime: '2024-01-01T00:00:00Z'}]}\n", "crd", "status.conditions[0].status", `Unsupported value: "Maybe"`},
 	{"duplicate condition type", pav("x", static+`}`) + "status: {conditions: [{type: Valid, status: 'True', reason: R, message: m, lastTransitionTime: '2024-01-01T00:00:00Z'}, {type: Valid, status: 'False', reason: R, message: m, lastTransitionTime: '2024-01-01T00:00:00Z'}]}\n", "crd", "status.conditions[1]", "Duplicate value"},
@@ -697,6 +761,8 @@ func TestPolicyNeverErrors(t *testing.T) {
 		"volumeValidation.podTemplate", "volumeValidation.podTemplate.spec", "volumeCreation", "volumeCreation.capacity",
 		"volumeCreation.podTemplate", "volumeStaging", "volumeStaging.podTemplate", "volumeStaging.podTemplate.metadata",
 		"volumeDeletion", "volumeUnstaging.podTemplate",
+		"volumeExpansion", "volumeExpansion.capacity", "volumeExpansion.online", "volumeExpansion.podTemplate.spec",
+		"volumeCreation.contentSources", "volumeCreation.accessibleTopology", "snapshotCreation.podTemplate", "topology.nodeLabels",
 	}
 	n := 0
 	for _, f := range fields {

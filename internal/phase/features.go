@@ -71,6 +71,14 @@ func FeaturesOf(s *v1alpha1.PavProvisionerSpec) (Features, error) {
 			if err != nil {
 				return f, err
 			}
+			// enumList drops repeats; the API server (a set) refuses them.
+			if l := m["contentSources"].([]any); len(srcs) < len(l) {
+				for i := range l {
+					if slices.Contains(l[:i], l[i]) {
+						return f, fieldErr(fmt.Sprintf("%s[%d]", path, i), "%s is listed twice", describe(l[i]))
+					}
+				}
+			}
 			f.ContentSources = srcs
 		}
 	}

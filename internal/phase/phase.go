@@ -258,7 +258,9 @@ func decodeCreation(m map[string]any, literalOnly bool) (*CreationConfig, error)
 		}
 		c.ContentSources = srcs
 	}
-	if !skip("accessibleTopology") {
+	// A segment value may be a template ({zone: "{{ params.zone }}"}): the
+	// literal check leaves such a list to evaluation.
+	if !skip("accessibleTopology") && !(literalOnly && holdsTemplate(m["accessibleTopology"])) {
 		t, err := TopologySegments(m["accessibleTopology"], path+".accessibleTopology")
 		if err != nil {
 			return nil, err
