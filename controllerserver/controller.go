@@ -145,6 +145,7 @@ func (s *Server) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if lim := req.GetCapacityRange().GetLimitBytes(); lim > 0 {
 		r.MaxCapacity = &lim
 	}
+	r.Topology = topologyRequirement(req.GetAccessibilityRequirements())
 	if r.MaxCapacity != nil && r.MinCapacity > *r.MaxCapacity {
 		return nil, status.Errorf(codes.InvalidArgument, "capacity range: required bytes %d exceed limit bytes %d", r.MinCapacity, *r.MaxCapacity)
 	}
@@ -236,6 +237,7 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 	}
 	sp.RequestedVolumeMode, sp.RequestedAccessModes = r.VolumeMode, r.AccessModes
 	sp.RequestedMinCapacity, sp.RequestedMaxCapacity, sp.Params = r.MinCapacity, r.MaxCapacity, r.Params
+	sp.AccessibilityRequirements = r.Topology
 	v := &v1alpha1.PavVolume{Spec: sp}
 
 	// The static checks and every template, before anything is written.
@@ -270,7 +272,11 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 		if err := j.checkHandle(ctx, handle); err != nil {
 			return nil, err
 		}
-		v.Status = v1alpha1.PavVolumeStatus{Phase: v1alpha1.VolumeCreated, Handle: handle, Capacity: capacity}
+		topology, err := j.accessibleTopology(nil, ccfg)
+		if err != nil {
+			return nil, err
+		}
+		v.Status = v1alpha1.PavVolumeStatus{Phase: v1alpha1.VolumeCreated, Handle: handle, Capacity: capacity, AccessibleTopology: topology}
 	}
 	created, err := s.Records.Create(ctx, v)
 	if apierrors.IsAlreadyExists(err) {
@@ -299,7 +305,8 @@ type job struct {
 func (j *job) request() phase.Request {
 	sp := &j.v.Spec
 	return phase.Request{VolumeMode: sp.RequestedVolumeMode, AccessModes: sp.RequestedAccessModes,
-		MinCapacity: sp.RequestedMinCapacity, MaxCapacity: sp.RequestedMaxCapacity, Params: sp.Params}
+		MinCapacity: sp.RequestedMinCapacity, MaxCapacity: sp.RequestedMaxCapacity, Params: sp.Params,
+		Topology: sp.AccessibilityRequirements}
 }
 
 func (j *job) objects() phase.Objects { return phase.Objects{PVC: j.v.Spec.PVC, SC: j.v.Spec.SC} }
@@ -475,7 +482,8 @@ func (j *job) resume(ctx context.Context) (*csi.Volume, error) {
 			}
 			st := &j.v.Status
 			return &csi.Volume{VolumeId: st.Handle, CapacityBytes: st.Capacity,
-				VolumeContext: volume.Context(j.v.Spec.Params, st.Capacity, j.pvName)}, nil
+				VolumeContext:      volume.Context(j.v.Spec.Params, st.Capacity, j.pvName),
+				AccessibleTopology: csiTopology(st.AccessibleTopology)}, nil
 		case v1alpha1.VolumeDeleting:
 			return nil, grpcerr.Errorf(codes.FailedPrecondition, "volume %s is being deleted", j.v.Spec.VolumeName)
 		default:
@@ -564,6 +572,7 @@ func (j *job) create(ctx context.Context) error {
 	if cfg.Capacity != nil {
 		capacity = *cfg.Capacity
 	}
+	var topology []map[string]string
 	ran := j.v.Status.Pod(v1alpha1.PhaseCreation) != nil
 	if ran {
 		if cfg.PodTemplate == nil {
@@ -583,6 +592,15 @@ func (j *job) create(ctx context.Context) error {
 		if handle, capacity, err = fromPodFiles(res.Files, handle, capacity); err != nil {
 			return j.fail(ctx, v1alpha1.ReasonInvalidCreationOutput, err, orDefault(handle, j.v.Spec.DefaultHandle), capacity)
 		}
+		var reported *string
+		if t, ok := res.Files[podrunner.FileTopology]; ok {
+			reported = &t
+		}
+		if topology, err = j.accessibleTopology(reported, cfg); err != nil {
+			return j.fail(ctx, v1alpha1.ReasonInvalidCreationOutput, err, orDefault(handle, j.v.Spec.DefaultHandle), capacity)
+		}
+	} else if topology, err = j.accessibleTopology(nil, cfg); err != nil {
+		return err
 	}
 	handle = orDefault(handle, j.v.Spec.DefaultHandle)
 	if err := checkCapacity(capacity, j.request()); err != nil {
@@ -615,6 +633,7 @@ func (j *job) create(ctx context.Context) error {
 			e.Outcome = v1alpha1.PodSucceeded
 		}
 		v.Status.Phase, v.Status.Handle, v.Status.Capacity = v1alpha1.VolumeCreated, handle, capacity
+		v.Status.AccessibleTopology = topology
 	}); err != nil {
 		return err
 	}

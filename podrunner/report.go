@@ -23,15 +23,18 @@ const (
 	FileHandle   = "handle"
 	FileCapacity = "capacity"
 	FileError    = "error"
+	// FileTopology is where the creation pod says which topology segments
+	// the volume is reachable from (YAML or JSON).
+	FileTopology = "topology"
 	// FileReady is not reported: for KeepRunning pods it is probed (see Report).
 	FileReady = "ready"
 )
 
 // reportedFiles are the files carried in the report, in the order they give
 // way when the report is too large: error is truncated first (its tail is
-// kept), and handle/capacity are dropped, never cut, since a cut handle would
-// be silently wrong.
-var reportedFiles = []string{FileHandle, FileCapacity, FileError}
+// kept), and topology/capacity/handle are dropped, never cut, since a cut
+// handle or topology would be silently wrong.
+var reportedFiles = []string{FileHandle, FileCapacity, FileTopology, FileError}
 
 // reportProblemKey is an extra report entry saying what could not be reported;
 // ParseReport turns it into an error.
@@ -51,8 +54,8 @@ const truncatedMark = "…"
 //
 // Otherwise it blocks until SIGTERM (sent by the kubelet once every other
 // container of the pod has exited, or when the pod is deleted) or until ctx is
-// done, then writes the files of dir that are present among handle, capacity and
-// error as one JSON object to terminationLog (default /dev/termination-log) and
+// done, then writes the files of dir that are present among handle, capacity,
+// topology and error as one JSON object to terminationLog (default /dev/termination-log) and
 // returns 0. The message stays within the kubelet's limit (4096 bytes, or less
 // when the pod has more than three containers: the budget comes from the
 // PAV_REPORT_MAX_BYTES variable BuildPod sets); the tail of error is kept.
@@ -176,7 +179,7 @@ func readReportFile(path string, max int, tail bool) (string, error) {
 
 // encodeReport marshals files (plus problems) in at most max bytes: first by
 // keeping only the tail of error, then by dropping whole files (error,
-// capacity, handle), saying so in reportProblemKey.
+// topology, capacity, handle), saying so in reportProblemKey.
 func encodeReport(files map[string]string, problems []string, max int) string {
 	m := map[string]string{}
 	for k, v := range files {
@@ -209,7 +212,7 @@ func encodeReport(files map[string]string, problems []string, max int) string {
 			return b
 		}
 	}
-	for _, name := range []string{FileError, FileCapacity, FileHandle} {
+	for _, name := range []string{FileError, FileTopology, FileCapacity, FileHandle} {
 		v, ok := m[name]
 		if !ok {
 			continue
@@ -250,7 +253,7 @@ func marshalReport(m map[string]string) string {
 }
 
 // ParseReport decodes a report termination message into the reported files
-// (handle, capacity, error: only those present). An empty message yields
+// (handle, capacity, topology, error: only those present). An empty message yields
 // ErrNoReport; a report that says some file could not be reported yields the
 // files it has and an error naming the problem.
 func ParseReport(msg string) (map[string]string, error) {

@@ -34,8 +34,8 @@ func TestReportRoundTrip(t *testing.T) {
 	}{
 		{name: "none", files: nil, budget: 4096, want: map[string]string{}},
 		{name: "all", budget: 4096,
-			files: map[string]string{"handle": "vol-1\n", "capacity": " 1Gi ", "error": "quota <exceeded> & \"more\"", "ready": "", "other": "x"},
-			want:  map[string]string{"handle": "vol-1\n", "capacity": " 1Gi ", "error": "quota <exceeded> & \"more\""}},
+			files: map[string]string{"handle": "vol-1\n", "capacity": " 1Gi ", "topology": "- {zone: a}\n", "error": "quota <exceeded> & \"more\"", "ready": "", "other": "x"},
+			want:  map[string]string{"handle": "vol-1\n", "capacity": " 1Gi ", "topology": "- {zone: a}\n", "error": "quota <exceeded> & \"more\""}},
 		{name: "empty handle kept", files: map[string]string{"handle": ""}, budget: 4096, want: map[string]string{"handle": ""}},
 		{name: "long error keeps tail", budget: 4096,
 			files: map[string]string{"handle": "h", "error": bigError},
@@ -66,6 +66,15 @@ func TestReportRoundTrip(t *testing.T) {
 			files:    map[string]string{"handle": strings.Repeat("h", 5000), "capacity": "1"},
 			check:    func(t *testing.T, got map[string]string) { assertNo(t, got, "handle") },
 			parseErr: "/pav/handle (5000 bytes) is too large"},
+		{name: "huge topology dropped before capacity and handle", budget: 4096,
+			files: map[string]string{"handle": "h", "capacity": "1", "topology": strings.Repeat("t", 5000)},
+			check: func(t *testing.T, got map[string]string) {
+				assertNo(t, got, "topology")
+				if got["handle"] != "h" || got["capacity"] != "1" {
+					t.Errorf("handle or capacity lost: %v", got)
+				}
+			},
+			parseErr: "/pav/topology (5000 bytes) is too large"},
 		{name: "tiny budget", budget: 40,
 			files:    map[string]string{"handle": strings.Repeat("h", 30), "error": "e"},
 			check:    func(t *testing.T, got map[string]string) { assertNo(t, got, "handle") },

@@ -74,6 +74,19 @@ type PavVolumeSpec struct {
 	// of managedFields and kubectl's last-applied annotation.
 	PVC *corev1.PersistentVolumeClaim `json:"pvc,omitempty"`
 	SC  *storagev1.StorageClass       `json:"sc,omitempty"`
+	// AccessibilityRequirements are CreateVolume's, as first asked: a retry
+	// after a reschedule may ask for another node, but the volume's pods and
+	// topology follow what creation started with.
+	AccessibilityRequirements *TopologyRequirement `json:"accessibilityRequirements,omitempty"`
+}
+
+// TopologyRequirement is CSI's TopologyRequirement: the segments (maps of
+// topology key to value) a volume must be reachable from one of (requisite),
+// and those to favour, in order (preferred; with WaitForFirstConsumer the
+// first is the selected node's).
+type TopologyRequirement struct {
+	Requisite []map[string]string `json:"requisite,omitempty"`
+	Preferred []map[string]string `json:"preferred,omitempty"`
 }
 
 // VolumePhase is how far a volume's life has come.
@@ -126,6 +139,9 @@ type PavVolumeStatus struct {
 	// and Reverting when creation got that far).
 	Handle   string `json:"handle,omitempty"`
 	Capacity int64  `json:"capacity,omitempty"`
+	// AccessibleTopology is where the created volume can be reached from
+	// (CreateVolume's accessible_topology); empty: everywhere.
+	AccessibleTopology []map[string]string `json:"accessibleTopology,omitempty"`
 	// Reason is why creation failed, while the volume is Reverting (one of
 	// the Reason* constants): the failure the caller gets once the revert is
 	// done, whatever restarts come in between.

@@ -2,11 +2,13 @@ package phase
 
 import (
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/templating"
 )
 
@@ -19,6 +21,9 @@ type Request struct {
 	MinCapacity int64  // bytes
 	MaxCapacity *int64 // bytes, nil when unbounded
 	Params      map[string]string
+	// Topology is CreateVolume's accessibility requirements; nil without
+	// (static provisioning, a CO without topology).
+	Topology *v1alpha1.TopologyRequirement
 }
 
 // FromClaim overrides base with what a PVC asks for: its volume mode, access
@@ -53,7 +58,8 @@ type Objects struct {
 
 // ValidationVars is the context of spec.volumeValidation for dynamic provisioning
 // (pvc and sc when known) and, with objs.PV and handle set, for static
-// provisioning (spec §3).
+// provisioning (spec §3). Both have requisiteTopology, preferredTopology and
+// selectedNode (README "Beyond PaV"), empty without r.Topology.
 func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, error) {
 	v := templating.Vars{
 		"requestedVolumeMode":  string(r.VolumeMode),
@@ -68,6 +74,7 @@ func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, er
 	if handle != "" {
 		v["handle"] = handle
 	}
+	maps.Copy(v, topologyVars(r.Topology))
 	return v, addObjects(v, Objects{PVC: objs.PVC, SC: objs.SC, PV: objs.PV})
 }
 

@@ -1,0 +1,105 @@
+package phase
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+)
+
+// HostnameKey is the node label external-provisioner's WaitForFirstConsumer
+// puts first in the preferred topology when the driver reports it: the
+// selected node.
+const HostnameKey = "kubernetes.io/hostname"
+
+// NodeSegment is a node's topology segment (NodeGetInfo's accessible
+// topology): the values of its labels keys. A node that lacks one cannot be
+// placed, so that is an error naming the node and the label.
+func NodeSegment(node string, labels map[string]string, keys []string) (map[string]string, error) {
+	seg := make(map[string]string, len(keys))
+	for _, k := range keys {
+		v, ok := labels[k]
+		if !ok {
+			return nil, fmt.Errorf("node %s has no label %s, which spec.topology.nodeLabels lists: label the node (kubectl label node %s %s=...) or take the label out of spec.topology.nodeLabels", node, k, node, k)
+		}
+		seg[k] = v
+	}
+	return seg, nil
+}
+
+// topologyVars are the topology variables of the validation and creation
+// contexts: requisiteTopology and preferredTopology ([] without requirements)
+// and selectedNode (null unless the first preferred segment names a host).
+func topologyVars(t *v1alpha1.TopologyRequirement) map[string]any {
+	var req, pref []map[string]string
+	if t != nil {
+		req, pref = t.Requisite, t.Preferred
+	}
+	v := map[string]any{"requisiteTopology": segmentsVar(req), "preferredTopology": segmentsVar(pref), "selectedNode": nil}
+	if n := SelectedNode(t); n != "" {
+		v["selectedNode"] = n
+	}
+	return v
+}
+
+// SelectedNode is the node WaitForFirstConsumer picked: the hostname of the
+// first preferred segment, else "".
+func SelectedNode(t *v1alpha1.TopologyRequirement) string {
+	if t == nil || len(t.Preferred) == 0 {
+		return ""
+	}
+	return t.Preferred[0][HostnameKey]
+}
+
+func segmentsVar(segs []map[string]string) []any {
+	out := make([]any, 0, len(segs))
+	for _, s := range segs {
+		m := make(map[string]any, len(s))
+		for k, v := range s {
+			m[k] = v
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// AccessibleTopology decides where a created volume is reachable from, first
+// found wins: what the creation pod wrote to /pav/topology (reported, nil when
+// it wrote nothing), spec.volumeCreation.accessibleTopology (configured),
+// and, for a provisioner with spec.topology (keys), the first preferred (else
+// requisite) segment of the request restricted to those keys. nil: everywhere.
+func AccessibleTopology(reported *string, configured []map[string]string, keys []string, req *v1alpha1.TopologyRequirement) ([]map[string]string, error) {
+	if reported != nil {
+		var v any
+		if err := yaml.Unmarshal([]byte(*reported), &v); err != nil {
+			return nil, fmt.Errorf("the creation pod wrote an invalid /pav/topology (want YAML or JSON): %v", err)
+		}
+		segs, err := TopologySegments(v, "/pav/topology")
+		if err != nil {
+			return nil, fmt.Errorf("the creation pod wrote an invalid /pav/topology: %w", err)
+		}
+		return segs, nil
+	}
+	if configured != nil {
+		return configured, nil
+	}
+	if len(keys) == 0 || req == nil {
+		return nil, nil
+	}
+	first := req.Preferred
+	if len(first) == 0 {
+		first = req.Requisite
+	}
+	if len(first) == 0 {
+		return nil, nil
+	}
+	seg := maps.Clone(first[0])
+	maps.DeleteFunc(seg, func(k, _ string) bool { return !slices.Contains(keys, k) })
+	if len(seg) == 0 {
+		return nil, nil
+	}
+	return []map[string]string{seg}, nil
+}
