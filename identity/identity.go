@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/pods-as-volumes/pav/internal/phase"
 )
 
 // Server implements csi.IdentityServer.
@@ -22,6 +24,9 @@ type Server struct {
 	// Ready reports why the driver cannot serve yet (provisioner not loaded, API
 	// unreachable), or nil.
 	Ready func(ctx context.Context) error
+	// Features reads what the current spec can do beyond PaV, which decides
+	// the optional capabilities; nil: none.
+	Features func() (phase.Features, error)
 }
 
 func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -37,6 +42,22 @@ func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 			Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE},
 		}})
+	}
+	if s.Features != nil {
+		f, err := s.Features()
+		if err != nil {
+			if _, ok := status.FromError(err); !ok {
+				err = status.Error(codes.FailedPrecondition, err.Error())
+			}
+			return nil, err
+		}
+		if len(f.TopologyKeys) > 0 {
+			// external-provisioner then passes accessibility requirements
+			// and puts the volume's accessible topology on the PV.
+			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
+				Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
+			}})
+		}
 	}
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }

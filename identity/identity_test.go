@@ -8,6 +8,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/pods-as-volumes/pav/internal/phase"
 )
 
 func TestIdentity(t *testing.T) {
@@ -36,5 +38,43 @@ func TestIdentity(t *testing.T) {
 	}
 	if _, err := (&Server{}).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("GetPluginInfo without name: %v", err)
+	}
+}
+
+func TestTopologyCapability(t *testing.T) {
+	ctx := context.Background()
+	has := func(caps *csi.GetPluginCapabilitiesResponse) bool {
+		for _, c := range caps.GetCapabilities() {
+			if c.GetService().GetType() == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []struct {
+		name     string
+		features phase.Features
+		err      error
+		want     bool
+		code     codes.Code
+	}{
+		{name: "with spec.topology", features: phase.Features{TopologyKeys: []string{"kubernetes.io/hostname"}}, want: true},
+		{name: "without", features: phase.Features{Expansion: true}},
+		{name: "provisioner not loaded: the sidecar retries", err: status.Error(codes.Unavailable, "not loaded"), code: codes.Unavailable},
+		{name: "a spec whose features cannot be read", err: errors.New("spec.topology.nodeLabels: must name at least one node label"), code: codes.FailedPrecondition},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Server{Name: "x", Controller: true, Features: func() (phase.Features, error) { return c.features, c.err }}
+			caps, err := s.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
+			if c.code != codes.OK {
+				if status.Code(err) != c.code {
+					t.Fatalf("got %v, want %s", err, c.code)
+				}
+				return
+			}
+			if err != nil || has(caps) != c.want || caps.Capabilities[0].GetService().GetType() != csi.PluginCapability_Service_CONTROLLER_SERVICE {
+				t.Fatalf("capabilities %v, %v; want VOLUME_ACCESSIBILITY_CONSTRAINTS: %v", caps, err, c.want)
+			}
+		})
 	}
 }

@@ -187,8 +187,18 @@ func (s *Server) podOperation(provisioner string, ph v1alpha1.Phase, handle stri
 	return PodOperation(s.NodeID, s.StateDir, provisioner, ph, handle, t)
 }
 
-func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: s.NodeID}, nil
+// NodeGetInfo names the node and, for a provisioner with spec.topology, its
+// topology segment (topology.go).
+func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	seg, err := s.segment(ctx)
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	resp := &csi.NodeGetInfoResponse{NodeId: s.NodeID}
+	if seg != nil {
+		resp.AccessibleTopology = &csi.Topology{Segments: seg}
+	}
+	return resp, nil
 }
 
 func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {

@@ -140,7 +140,7 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 	}
 	eval := phase.NewEvaluator(pvcs)
 	svc := &Services{Identity: &identity.Server{Name: name, Version: o.Version, Controller: o.Mode != ModeNode,
-		Ready: func(ctx context.Context) error { return ready(ctx, src, d.Client) }}}
+		Ready: func(ctx context.Context) error { return ready(ctx, src, d.Client) }, Features: features(src)}}
 	if o.Mode != ModeController {
 		stateDir := o.StateDir
 		if stateDir == "" {
@@ -177,6 +177,18 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Client: d.Client}
 	}
 	return svc, src, nil
+}
+
+// features reads the optional capabilities from the spec in force (the last
+// valid one while an edit is invalid).
+func features(src provisioner.Source) func() (phase.Features, error) {
+	return func() (phase.Features, error) {
+		p, err := src.Get(false)
+		if err != nil {
+			return phase.Features{}, err
+		}
+		return phase.FeaturesOf(&p.Spec)
+	}
 }
 
 func ready(ctx context.Context, src provisioner.Source, client kubernetes.Interface) error {
