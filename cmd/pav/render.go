@@ -64,6 +64,9 @@ type renderedValidation struct {
 type renderedCreation struct {
 	Handle   string `json:"handle,omitempty"`
 	Capacity *int64 `json:"capacity,omitempty"`
+	// AccessibleTopology is where the volume is reachable from unless the
+	// creation pod writes /pav/topology.
+	AccessibleTopology []map[string]string `json:"accessibleTopology,omitempty"`
 }
 
 func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -75,7 +78,7 @@ func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.StringVar(&in.pvc, "pvc", "", "PersistentVolumeClaim YAML (dynamic phases; staging when bound)")
 	fs.StringVar(&in.sc, "sc", "", "StorageClass YAML (dynamic phases; default: parameters from --param only)")
 	fs.StringVar(&in.pv, "pv", "", "PersistentVolume YAML (static validation, deletion, staging, unstaging)")
-	fs.StringVar(&in.node, "node", "", "Node YAML (staging, unstaging)")
+	fs.StringVar(&in.node, "node", "", "Node YAML (staging, unstaging; dynamic phases with spec.topology: the node WaitForFirstConsumer selected)")
 	fs.StringVar(&in.handle, "handle", "", "volume handle (deletion; default: the PV's or pvc-<uid>)")
 	fs.StringVar(&in.capacity, "capacity", "", "volume capacity (deletion, staging; default: the PV's)")
 	fs.BoolVar(&in.readOnly, "read-only", false, "staging: stage read-only")
@@ -183,6 +186,9 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 		case objs.PVC != nil:
 			// Dynamic: the controller plugin, keyed by the CSI volume name.
 			r = claimRequest(objs.PVC, objs.SC, in.params)
+			if r.Topology, err = selectedTopology(p, objs.Node); err != nil {
+				return nil, err
+			}
 			vars, err = phase.ValidationVars(r, phase.Objects{PVC: objs.PVC, SC: objs.SC}, "")
 			op = controllerOp(controllerserver.DefaultHandle(objs.PVC))
 		case objs.PV != nil:
@@ -218,6 +224,9 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			return nil, err
 		}
 		r := claimRequest(objs.PVC, objs.SC, in.params)
+		if r.Topology, err = selectedTopology(p, objs.Node); err != nil {
+			return nil, err
+		}
 		defHandle := controllerserver.DefaultHandle(objs.PVC)
 		o := phase.Objects{PVC: objs.PVC, SC: objs.SC}
 		if ph == v1alpha1.PhaseCreation {
@@ -229,7 +238,9 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			if err != nil {
 				return nil, err
 			}
-			out.Creation = &renderedCreation{Handle: cfg.Handle, Capacity: cfg.Capacity}
+			f, _ := phase.FeaturesOf(&p.Spec) // checked above
+			topology, _ := phase.AccessibleTopology(nil, cfg.AccessibleTopology, f.TopologyKeys, r.Topology)
+			out.Creation = &renderedCreation{Handle: cfg.Handle, Capacity: cfg.Capacity, AccessibleTopology: topology}
 			// external-provisioner names the volume as PaV names its default handle.
 			return out, setPod(out, ph, cfg.PodTemplate, in, controllerOp(defHandle))
 		}
@@ -288,6 +299,22 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 		return out, setPod(out, ph, cfg.PodTemplate, in, nodeOp(objs.Node.Name, st.Handle))
 	}
 	return nil, fmt.Errorf("--phase must be validation, creation, deletion, staging or unstaging, got %q", in.phase)
+}
+
+// selectedTopology is what external-provisioner asks for (accessibility
+// requirements) once the scheduler picked node for a WaitForFirstConsumer
+// claim: that node's segment of spec.topology.nodeLabels. nil without
+// spec.topology or --node.
+func selectedTopology(p *v1alpha1.PavProvisioner, node *corev1.Node) (*v1alpha1.TopologyRequirement, error) {
+	f, err := phase.FeaturesOf(&p.Spec)
+	if err != nil || node == nil || len(f.TopologyKeys) == 0 {
+		return nil, err
+	}
+	seg, err := phase.NodeSegment(node.Name, node.Labels, f.TopologyKeys)
+	if err != nil {
+		return nil, fmt.Errorf("--node: %w", err)
+	}
+	return &v1alpha1.TopologyRequirement{Requisite: []map[string]string{seg}, Preferred: []map[string]string{seg}}, nil
 }
 
 // renderedToken stands for the random token the driver records, and puts on
