@@ -62,7 +62,8 @@ manifests:
 	  _output/bin/kubectl kustomize deploy; } > deploy/pav.yaml
 
 # Local cluster targets (run as root):
-#   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity
+#   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity,
+#                      csi-snapshotter, snapshot-controller
 #                      into _output/bin (hack/build-tools.sh; ≈10 min cold, skips what is
 #                      up to date) after installing the Debian packages (hack/install-deps.sh)
 #   make images        build the pav.local/*:dev (pav, the test stand-ins, the examples'

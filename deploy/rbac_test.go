@@ -85,6 +85,19 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-controller", "", "persistentvolumeclaims", "patch", false},
 		// (external-provisioner, in the same pod, does update PVCs and PVs.)
 		{"pav-controller", "", "persistentvolumeclaims", "update", true},
+		// external-resizer grows PVs and records the claims' resize status, never
+		// their spec; external-snapshotter records VolumeSnapshotContents, never
+		// creates or deletes them (the cluster's snapshot-controller does).
+		{"pav-controller", "", "persistentvolumes", "patch", true},
+		{"pav-controller", "", "persistentvolumeclaims/status", "patch", true},
+		{"pav-controller", "", "persistentvolumeclaims/status", "update", false},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotcontents", "update", true},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotcontents/status", "patch", true},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotclasses", "watch", true},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotcontents", "create", false},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotcontents", "delete", false},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshots", "get", false},
+		{"pav-controller", "", "pods", "update", false},
 		// The node plugin: its pods, the staging context, nothing else.
 		{"pav-node", "", "pods", "create", true},
 		{"pav-node", "", "pods", "delete", true},
@@ -110,6 +123,13 @@ func TestLeastPrivilege(t *testing.T) {
 	} {
 		if got := r.can(tc.sa, tc.group, tc.resource, tc.verb); got != tc.want {
 			t.Errorf("%s may %s %s.%s: %v, want %v", tc.sa, tc.verb, tc.resource, tc.group, got, tc.want)
+		}
+	}
+	// The sidecars' rules are theirs: the pav driver's own role gains none of them.
+	for _, rule := range r.roles["pav-driver-controller"] {
+		if slices.Contains(rule.APIGroups, "snapshot.storage.k8s.io") || slices.Contains(rule.Resources, "persistentvolumes") ||
+			slices.Contains(rule.Resources, "persistentvolumeclaims/status") {
+			t.Errorf("pav-driver-controller has a sidecar's rule %+v", rule)
 		}
 	}
 	if got := r.bindings["pav-node"]; !slices.Equal(got, []string{"pav-driver-node"}) {

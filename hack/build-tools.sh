@@ -7,6 +7,9 @@
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
 #                                  k8s.io/kubernetes v1.36.3          (hack/tools/go.mod)
 #   csi-provisioner csi-sanity     external-provisioner v6.3.0, csi-test v5.6.0 (hack/tools/csi)
+#   csi-snapshotter snapshot-controller
+#                                  external-snapshotter v8.7.0        (hack/tools/snapshotter:
+#                                  a module of its own, it pins k8s v0.37.0, csi pins v0.36.1)
 #   containerd containerd-shim-runc-v2 ctr
 #                                  containerd v2.4.2                  (hack/tools/containerd)
 #   etcd                           etcd v3.6.8                        (hack/tools/etcd)
@@ -78,6 +81,10 @@ build kubernetes "$TOOLS" "$K8S_LDFLAGS" "" \
 build csi "$TOOLS/csi" "-s -w -X main.version=v6.3.0" "" \
   github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner=csi-provisioner \
   github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity=csi-sanity
+
+build snapshotter "$TOOLS/snapshotter" "-s -w -X main.version=v8.7.0" "" \
+  github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter=csi-snapshotter \
+  github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller=snapshot-controller
 
 CD=github.com/containerd/containerd/v2/version
 build containerd "$TOOLS/containerd" \

@@ -4,6 +4,9 @@
 #
 # Usage: hack/install-local.sh [PROVISIONER.yaml...]
 #
+#   kubectl apply -k test/e2e/install/snapshot-controller
+#                                         the cluster's VolumeSnapshot CRDs and snapshot-controller
+#                                         (a distribution's part, not pav's)
 #   kubectl apply -k test/e2e/install     deploy/ with the local images (the only change)
 #   kubectl apply -f PROVISIONER.yaml     each provisioner alone: the manager does the rest
 #
@@ -38,11 +41,19 @@ for o in $(unowned csidrivers); do
   k delete csidriver "$o" --wait >/dev/null
 done
 
+log "kubectl apply -k test/e2e/install/snapshot-controller"
+k apply -k "$ROOT/test/e2e/install/snapshot-controller" >/dev/null
+k wait --for condition=established --timeout=60s crd/volumesnapshotclasses.snapshot.storage.k8s.io \
+  crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshots.snapshot.storage.k8s.io >/dev/null
+# Onto a freshly built image (same tag); waited for below, with the manager.
+k -n kube-system rollout restart deployment/snapshot-controller >/dev/null
+
 log "kubectl apply -k test/e2e/install"
 k apply -k "$ROOT/test/e2e/install" >/dev/null
 k wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io crd/pavvolumes.pav.albertofaria.github.io >/dev/null
 k -n pav rollout restart deployment/pav-manager >/dev/null
 k -n pav rollout status deployment/pav-manager --timeout=180s >/dev/null
+k -n kube-system rollout status deployment/snapshot-controller --timeout=120s >/dev/null
 
 names=()
 for f in "$@"; do

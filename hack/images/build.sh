@@ -2,7 +2,8 @@
 # hack/images/build.sh — build the local cluster's container images without Docker.
 #
 # Usage: hack/images/build.sh [--import] [IMAGE...]        (make images)
-#   IMAGE is any of: pause busybox csi-provisioner pav registrar
+#   IMAGE is any of: pause busybox csi-provisioner csi-snapshotter snapshot-controller
+#                    pav registrar resizer
 #                    loop-block encryption encrypted-fs object-bucket (default: all)
 #   --import   also load them into the local cluster's containerd
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
@@ -16,8 +17,13 @@
 #                                  on import also tagged docker.io/library/busybox:1.36 (the
 #                                  examples' image) so that examples run unmodified
 #   pav.local/csi-provisioner:dev  /csi-provisioner (from hack/build-tools.sh)
+#   pav.local/csi-snapshotter:dev  /csi-snapshotter (from hack/build-tools.sh)
+#   pav.local/snapshot-controller:dev
+#                                  /snapshot-controller (from hack/build-tools.sh)
 #   pav.local/pav:dev              busybox + /usr/local/bin/pav (CGO_ENABLED=0 go build ./cmd/pav)
 #   pav.local/registrar:dev        /csi-node-driver-registrar = test/registrar (test-only stand-in)
+#   pav.local/resizer:dev          /csi-resizer = test/resizer (test-only stand-in for
+#                                  external-resizer, which the proxy refuses)
 # The examples' images (examples/<name>/Dockerfile is what a user builds elsewhere, FROM
 # debian:bookworm-slim; here the same Debian packages go on top of busybox):
 #   pav.local/loop-block:dev       Debian mount util-linux e2fsprogs
@@ -47,6 +53,9 @@ declare -A REF=(
   [pause]=registry.k8s.io/pause:3.10
   [busybox]=pav.local/busybox:dev
   [csi-provisioner]=pav.local/csi-provisioner:dev
+  [csi-snapshotter]=pav.local/csi-snapshotter:dev
+  [snapshot-controller]=pav.local/snapshot-controller:dev
+  [resizer]=pav.local/resizer:dev
   [pav]=pav.local/pav:dev
   [registrar]=pav.local/registrar:dev
   [loop-block]=pav.local/loop-block:dev
@@ -54,7 +63,7 @@ declare -A REF=(
   [encrypted-fs]=pav.local/encrypted-fs:dev
   [object-bucket]=pav.local/object-bucket:dev
 )
-ALL=(pause busybox csi-provisioner pav registrar loop-block encryption encrypted-fs object-bucket)
+ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav registrar resizer loop-block encryption encrypted-fs object-bucket)
 
 # The examples' images: their Debian packages, and the smoke test run in each one's chroot.
 declare -A DEB_PKGS=(
@@ -78,7 +87,7 @@ images=()
 for a in "$@"; do
   case "$a" in
     --import) do_import=1 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]})" >&2; exit 2; }
        images+=("$a") ;;
   esac
@@ -258,10 +267,10 @@ build_one() {
     busybox)
       rootfs_busybox "$r"
       write_image busybox "${REF[busybox]}" "$r" 'null' '["sh"]' ;;
-    csi-provisioner)
-      [ -x "$BIN/csi-provisioner" ] || { echo "$BIN/csi-provisioner missing: run make tools" >&2; exit 1; }
-      cp "$BIN/csi-provisioner" "$r/csi-provisioner"
-      write_image csi-provisioner "${REF[csi-provisioner]}" "$r" '["/csi-provisioner"]' 'null' ;;
+    csi-provisioner|csi-snapshotter|snapshot-controller)
+      [ -x "$BIN/$name" ] || { echo "$BIN/$name missing: run make tools" >&2; exit 1; }
+      cp "$BIN/$name" "$r/$name"
+      write_image "$name" "${REF[$name]}" "$r" "[\"/$name\"]" 'null' ;;
     pav)
       rootfs_busybox "$r"
       gobuild "$BIN/pav" ./cmd/pav
@@ -271,6 +280,10 @@ build_one() {
       gobuild "$BIN/registrar" ./test/registrar
       cp "$BIN/registrar" "$r/csi-node-driver-registrar"
       write_image registrar "${REF[registrar]}" "$r" '["/csi-node-driver-registrar"]' 'null' ;;
+    resizer)
+      gobuild "$BIN/resizer" ./test/resizer
+      cp "$BIN/resizer" "$r/csi-resizer"
+      write_image resizer "${REF[resizer]}" "$r" '["/csi-resizer"]' 'null' ;;
     loop-block|encryption|encrypted-fs|object-bucket)
       rootfs_debs "$r" "$name"
       if [ "$name" = object-bucket ]; then

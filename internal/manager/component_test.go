@@ -8,17 +8,16 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	storagev1ac "k8s.io/client-go/applyconfigurations/storage/v1"
 	"sigs.k8s.io/yaml"
-
-	"github.com/pods-as-volumes/pav/api/v1alpha1"
 )
 
 // The manager and the deploy/provisioner component (GitOps, no manager) deploy
 // the same objects for a provisioner: the manager adds only its owner reference
 // and managed-by label. Kustomize is run through kubectl (not a Go dependency).
+// The component carries every sidecar, so the provisioner compared has the
+// phases that bring them (volumeExpansion, snapshotCreation).
 func TestManagerDeploysWhatTheComponentDoes(t *testing.T) {
 	kubectl := os.Getenv("KUBECTL")
 	if kubectl == "" {
@@ -39,7 +38,7 @@ func TestManagerDeploysWhatTheComponentDoes(t *testing.T) {
 	}
 	files := map[string]string{
 		"kustomization.yaml": "resources: [provisioner.yaml]\ncomponents: [" + component + "]\n",
-		"provisioner.yaml":   "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata: {name: my-prov}\nspec: {provisioningModes: [Static]}\n",
+		"provisioner.yaml":   mustYAML(t, provisionerWithPhases("my-prov", "u", 1, phaseExpansion, phaseSnapshots).Object),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
@@ -75,7 +74,7 @@ func TestManagerDeploysWhatTheComponentDoes(t *testing.T) {
 		fromComponent[head.Kind] = mustJSON(t, v)
 	}
 
-	o, err := Render(&v1alpha1.PavProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "my-prov", UID: "u"}}, "pav", Settings{})
+	o, err := Render(typed(t, provisionerWithPhases("my-prov", "u", 1, phaseExpansion, phaseSnapshots)), "pav", Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,4 +87,13 @@ func TestManagerDeploysWhatTheComponentDoes(t *testing.T) {
 			t.Errorf("%s: the manager deploys\n%s\nthe component\n%s", kind, got, fromComponent[kind])
 		}
 	}
+}
+
+func mustYAML(t *testing.T, v any) string {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -3,6 +3,7 @@ package manager
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,6 +26,8 @@ const (
 	containerPav       = "pav"
 	containerProvision = "csi-provisioner"
 	containerRegistrar = "node-driver-registrar"
+	containerResizer   = "csi-resizer"
+	containerSnapshot  = "csi-snapshotter"
 )
 
 // Labels of the objects the manager deploys (the manifests add the others).
@@ -88,19 +91,37 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 	if err != nil {
 		return nil, err
 	}
+	for _, name := range []string{containerResizer, containerSnapshot} {
+		if container(ctrl, name) == nil {
+			return nil, fmt.Errorf("deploy/provisioner has no container %q: the embedded manifests and the manager disagree", name)
+		}
+	}
+	// The manifests carry every sidecar; a provisioner gets only those its driver
+	// serves: the stock resizer and snapshotter exit when the driver lacks the
+	// capability, and would crash-loop the controller pod.
+	wanted := sidecars(p)
+	ctrl.Containers = slices.DeleteFunc(ctrl.Containers, func(c corev1ac.ContainerApplyConfiguration) bool {
+		return c.Name != nil && !wanted[*c.Name]
+	})
 	for _, c := range []struct {
 		spec      *corev1ac.PodSpecApplyConfiguration
 		name      string
 		image     string
 		resources *corev1.ResourceRequirements
 		driver    bool // pav driver flags (--pod-timeout) apply
+		optional  bool // absent when the provisioner does not need it (sidecars)
 	}{
-		{ctrl, containerPav, s.Images.Pav, s.Resources.Controller, true},
-		{ctrl, containerProvision, s.Images.CSIProvisioner, s.Resources.CSIProvisioner, false},
-		{node, containerPav, s.Images.Pav, s.Resources.Node, true},
-		{node, containerRegistrar, s.Images.NodeDriverRegistrar, s.Resources.NodeDriverRegistrar, false},
+		{ctrl, containerPav, s.Images.Pav, s.Resources.Controller, true, false},
+		{ctrl, containerProvision, s.Images.CSIProvisioner, s.Resources.CSIProvisioner, false, false},
+		{ctrl, containerResizer, s.Images.CSIResizer, s.Resources.CSIResizer, false, true},
+		{ctrl, containerSnapshot, s.Images.CSISnapshotter, s.Resources.CSISnapshotter, false, true},
+		{node, containerPav, s.Images.Pav, s.Resources.Node, true, false},
+		{node, containerRegistrar, s.Images.NodeDriverRegistrar, s.Resources.NodeDriverRegistrar, false, false},
 	} {
 		ct := container(c.spec, c.name)
+		if ct == nil && c.optional {
+			continue
+		}
 		if ct == nil {
 			return nil, fmt.Errorf("deploy/provisioner has no container %q: the embedded manifests and the manager disagree", c.name)
 		}

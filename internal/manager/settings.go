@@ -53,6 +53,10 @@ type Images struct {
 	Pav                 string `json:"pav,omitempty"`
 	CSIProvisioner      string `json:"csiProvisioner,omitempty"`
 	NodeDriverRegistrar string `json:"nodeDriverRegistrar,omitempty"`
+	// CSIResizer and CSISnapshotter: the external-resizer and external-snapshotter
+	// sidecars, deployed only to provisioners with the phases they need.
+	CSIResizer     string `json:"csiResizer,omitempty"`
+	CSISnapshotter string `json:"csiSnapshotter,omitempty"`
 }
 
 // NodePlugin says where the node plugins (the DaemonSet) run. A nil field keeps
@@ -72,6 +76,10 @@ type Resources struct {
 	Node *corev1.ResourceRequirements `json:"node,omitempty"`
 	// NodeDriverRegistrar is the registrar sidecar of the node DaemonSet.
 	NodeDriverRegistrar *corev1.ResourceRequirements `json:"nodeDriverRegistrar,omitempty"`
+	// CSIResizer is the external-resizer sidecar (spec.volumeExpansion only).
+	CSIResizer *corev1.ResourceRequirements `json:"csiResizer,omitempty"`
+	// CSISnapshotter is the external-snapshotter sidecar (spec.snapshotCreation only).
+	CSISnapshotter *corev1.ResourceRequirements `json:"csiSnapshotter,omitempty"`
 }
 
 // LoadSettings reads a settings file strictly: an unknown key is an error that
@@ -116,6 +124,8 @@ func (s Settings) Validate() error {
 		{"resources.csiProvisioner", s.Resources.CSIProvisioner},
 		{"resources.node", s.Resources.Node},
 		{"resources.nodeDriverRegistrar", s.Resources.NodeDriverRegistrar},
+		{"resources.csiResizer", s.Resources.CSIResizer},
+		{"resources.csiSnapshotter", s.Resources.CSISnapshotter},
 	} {
 		if r.r == nil {
 			continue

@@ -1,0 +1,163 @@
+package manager
+
+import (
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+)
+
+// Phases that bring a sidecar along (see sidecars).
+const (
+	phaseExpansion = "volumeExpansion: {}\n"
+	phaseSnapshots = "snapshotCreation: {}\n"
+)
+
+// provisionerWithPhases is provisioner(name) with extra top-level spec keys.
+func provisionerWithPhases(name, uid string, generation int64, phases ...string) *unstructured.Unstructured {
+	u := provisioner(name, uid, generation)
+	for _, p := range phases {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(p), &m); err != nil {
+			panic(err)
+		}
+		for k, v := range m {
+			u.Object["spec"].(map[string]any)[k] = v
+		}
+	}
+	return u
+}
+
+func typed(t *testing.T, u *unstructured.Unstructured) *v1alpha1.PavProvisioner {
+	t.Helper()
+	p := &v1alpha1.PavProvisioner{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func controllerContainers(o *Objects) []string {
+	var names []string
+	for _, c := range o.Controller.Spec.Template.Spec.Containers {
+		names = append(names, *c.Name)
+	}
+	return names
+}
+
+// A provisioner's controller pod gets csi-resizer only with spec.volumeExpansion
+// and csi-snapshotter only with spec.snapshotCreation: the stock sidecars exit
+// when the driver lacks the capability. An invalid spec counts by its last
+// valid version, the one the drivers fall back to.
+func TestSidecarsFollowPhases(t *testing.T) {
+	base := []string{containerPav, containerProvision}
+	invalid := func(lastValid ...string) *v1alpha1.PavProvisioner {
+		saved := typed(t, provisionerWithPhases("p1", "uid-1", 1, lastValid...))
+		p := typed(t, provisionerWithPhases("p1", "uid-1", 2, phaseExpansion, phaseSnapshots))
+		p.Spec.VolumeStaging = typed(t, provisionerWith("p1", "uid-1", 2, "{{ oops")).Spec.VolumeStaging
+		if lastValid != nil {
+			p.Status.LastValidSpec, p.Status.LastValidGeneration = &saved.Spec, 1
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		p    *v1alpha1.PavProvisioner
+		want []string
+	}{
+		{"no phases", typed(t, provisioner("p1", "uid-1", 1)), base},
+		{"expansion", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseExpansion)), append(slices.Clone(base), containerResizer)},
+		{"snapshots", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseSnapshots)), append(slices.Clone(base), containerSnapshot)},
+		{"both", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseExpansion, phaseSnapshots)),
+			append(slices.Clone(base), containerResizer, containerSnapshot)},
+		{"online expansion is expansion", typed(t, provisionerWithPhases("p1", "uid-1", 1, "volumeExpansion: {online: false}\n")),
+			append(slices.Clone(base), containerResizer)},
+		{"invalid, last valid had expansion", invalid(phaseExpansion), append(slices.Clone(base), containerResizer)},
+		{"invalid, last valid had none", invalid(""), base},
+		{"invalid, nothing valid known", invalid(), base},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := Render(tc.p, ns, Settings{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := controllerContainers(o); !slices.Equal(got, tc.want) {
+				t.Errorf("controller containers %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// The sidecars get their settings like the other containers.
+func TestSidecarSettings(t *testing.T) {
+	level := 4
+	s := Settings{Images: Images{CSIResizer: "r/resizer:1", CSISnapshotter: "r/snap:2"}, ImagePullPolicy: "Never", LogLevel: &level}
+	o, err := Render(typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseExpansion, phaseSnapshots)), ns, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := containers(o)
+	for name, want := range map[string]string{"controller/csi-resizer": "r/resizer:1", "controller/csi-snapshotter": "r/snap:2"} {
+		ct := c[name]
+		if ct == nil {
+			t.Fatalf("no %s", name)
+		}
+		if *ct.Image != want || ct.ImagePullPolicy == nil || *ct.ImagePullPolicy != "Never" || !slices.Contains(ct.Args, "--v=4") {
+			t.Errorf("%s: image %s, pull policy %v, args %v", name, *ct.Image, ct.ImagePullPolicy, ct.Args)
+		}
+		if !slices.Contains(ct.Args, "--csi-address=/csi/csi.sock") || !slices.Contains(ct.Args, "--leader-election") {
+			t.Errorf("%s args %v: not on the driver's socket with leader election", name, ct.Args)
+		}
+	}
+	if !slices.Contains(c["controller/csi-snapshotter"].Args, "--extra-create-metadata") {
+		t.Errorf("csi-snapshotter args %v", c["controller/csi-snapshotter"].Args)
+	}
+}
+
+// Adding a phase to the spec adds its sidecar to the StatefulSet, removing it
+// removes the sidecar; an edit that changes no phase leaves the StatefulSet alone.
+func TestPhaseEditUpdatesStatefulSet(t *testing.T) {
+	f := newFixture(t, Settings{})
+	f.create(provisioner("p1", "uid-1", 1))
+	mustReconcile(t, f, "p1")
+	names := func() []string {
+		var n []string
+		for _, c := range f.statefulSet("p1").Spec.Template.Spec.Containers {
+			n = append(n, c.Name)
+		}
+		return n
+	}
+	if got := names(); !slices.Equal(got, []string{containerPav, containerProvision}) {
+		t.Fatalf("containers %v", got)
+	}
+	for _, step := range []struct {
+		name       string
+		gen        int64
+		phases     []string
+		want       []string
+		wantWrites []string
+	}{
+		{"add both", 2, []string{phaseExpansion, phaseSnapshots}, []string{containerPav, containerProvision, containerResizer, containerSnapshot},
+			[]string{"apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}},
+		{"other edit", 3, []string{phaseExpansion, phaseSnapshots, "snapshotDeletion: {}\n"}, []string{containerPav, containerProvision, containerResizer, containerSnapshot},
+			[]string{"apply pavprovisioners/status p1"}},
+		{"drop snapshots", 4, []string{phaseExpansion}, []string{containerPav, containerProvision, containerResizer},
+			[]string{"apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}},
+		{"drop expansion", 5, nil, []string{containerPav, containerProvision},
+			[]string{"apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}},
+	} {
+		f.edit("p1", func(u *unstructured.Unstructured) {
+			u.Object["spec"] = provisionerWithPhases("p1", "uid-1", step.gen, step.phases...).Object["spec"]
+			u.SetGeneration(step.gen)
+		})
+		mustReconcile(t, f, "p1")
+		if got := names(); !slices.Equal(got, step.want) {
+			t.Errorf("%s: containers %v, want %v", step.name, got, step.want)
+		}
+		wantWrites(t, f, step.wantWrites...)
+	}
+}
