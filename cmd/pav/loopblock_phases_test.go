@@ -454,3 +454,92 @@ func wantFSFills(t *testing.T, img string) {
 		t.Fatalf("%s: ext4 of %d bytes in a file of %d: resize2fs did not grow it", img, fs, size)
 	}
 }
+
+// usageDocs decodes every YAML document of an example's usage file, by kind.
+func usageDocs(t *testing.T, file string) map[string][]map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string][]map[string]any{}
+	for _, d := range strings.Split(string(b), "\n---\n") {
+		var m map[string]any
+		if err := yaml.UnmarshalStrict([]byte(d), &m); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if m != nil {
+			docs[m["kind"].(string)] = append(docs[m["kind"].(string)], m)
+		}
+	}
+	return docs
+}
+
+// usage-snapshots.yaml fits usage.yaml and the provisioner: its objects are valid, the
+// VolumeSnapshotClass is the driver's, the snapshot and the clone start from a claim of
+// usage.yaml, the restore from the snapshot, each at least its source's size and in its
+// mode; usage.yaml's StorageClass allows expansion.
+func TestLoopBlockUsageSnapshots(t *testing.T) {
+	base := usageDocs(t, "../../examples/loop-block/usage.yaml")
+	snaps := usageDocs(t, "../../examples/loop-block/usage-snapshots.yaml")
+	if sc := base["StorageClass"]; len(sc) != 1 || sc[0]["allowVolumeExpansion"] != true || sc[0]["provisioner"] != loopBlock(t).Name {
+		t.Fatalf("usage.yaml's StorageClass: %v, want loop-block's with allowVolumeExpansion: true", sc)
+	}
+	claims := map[string]*corev1.PersistentVolumeClaim{}
+	for _, m := range append(append([]map[string]any{}, base["PersistentVolumeClaim"]...), snaps["PersistentVolumeClaim"]...) {
+		b, _ := yaml.Marshal(m)
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := yaml.UnmarshalStrict(b, pvc); err != nil {
+			t.Fatal(err)
+		}
+		claims[pvc.Name] = pvc
+	}
+	for _, m := range snaps["Pod"] {
+		b, _ := yaml.Marshal(m)
+		if err := yaml.UnmarshalStrict(b, &corev1.Pod{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := snaps["VolumeSnapshotClass"]; len(c) != 1 || c[0]["driver"] != "loop-block" || c[0]["deletionPolicy"] != "Delete" {
+		t.Fatalf("VolumeSnapshotClass: %v", c)
+	}
+	vs := snaps["VolumeSnapshot"]
+	if len(vs) != 1 {
+		t.Fatalf("VolumeSnapshots: %v", vs)
+	}
+	spec := vs[0]["spec"].(map[string]any)
+	snapName := vs[0]["metadata"].(map[string]any)["name"].(string)
+	snapSource := claims[spec["source"].(map[string]any)["persistentVolumeClaimName"].(string)]
+	if snapSource == nil || spec["volumeSnapshotClassName"] != snaps["VolumeSnapshotClass"][0]["metadata"].(map[string]any)["name"] {
+		t.Fatalf("VolumeSnapshot spec %v: its claim and class must be in the files", spec)
+	}
+	kinds := map[string]bool{}
+	for _, pvc := range claims {
+		ds := pvc.Spec.DataSource
+		if ds == nil {
+			continue
+		}
+		kinds[ds.Kind] = true
+		var src *corev1.PersistentVolumeClaim
+		switch ds.Kind {
+		case "VolumeSnapshot":
+			if ds.APIGroup == nil || *ds.APIGroup != "snapshot.storage.k8s.io" || ds.Name != snapName {
+				t.Fatalf("%s: dataSource %+v, want the VolumeSnapshot %s", pvc.Name, ds, snapName)
+			}
+			src = snapSource
+		case "PersistentVolumeClaim":
+			src = claims[ds.Name]
+		}
+		if src == nil {
+			t.Fatalf("%s: dataSource %+v names nothing in the files", pvc.Name, ds)
+		}
+		want, got := src.Spec.Resources.Requests[corev1.ResourceStorage], pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		if got.Cmp(want) < 0 || *pvc.Spec.VolumeMode != *src.Spec.VolumeMode || *pvc.Spec.StorageClassName != *src.Spec.StorageClassName {
+			t.Fatalf("%s (%s, %s) from %s (%s, %s): Kubernetes wants at least the source's size, its mode and (here) its StorageClass",
+				pvc.Name, got.String(), *pvc.Spec.VolumeMode, src.Name, want.String(), *src.Spec.VolumeMode)
+		}
+	}
+	if !kinds["VolumeSnapshot"] || !kinds["PersistentVolumeClaim"] {
+		t.Fatalf("usage-snapshots.yaml has a restore %v and a clone %v, want both", kinds["VolumeSnapshot"], kinds["PersistentVolumeClaim"])
+	}
+}
