@@ -28,6 +28,7 @@ import (
 func TestExampleLoopBlockExpansion(t *testing.T) {
 	start := time.Now()
 	waitExample(t, "loop-block")
+	requireSidecar(t, "loop-block", "resizer")
 	e := newEnv(t)
 	sc := e.expandableSC("loop-block", storagev1.VolumeBindingImmediate)
 

@@ -47,6 +47,7 @@ func TestExampleLoopBlockSnapshots(t *testing.T) {
 	start := time.Now()
 	requireSnapshotCRDs(t)
 	waitExample(t, "loop-block")
+	requireSidecar(t, "loop-block", "snapshotter")
 	e := newEnv(t)
 	node := nodeName(t)
 	sc := e.exampleSC("loop-block", nil, storagev1.VolumeBindingImmediate)

@@ -251,3 +251,23 @@ func providerPodsOf(ctx context.Context, provisioner string, ids []string) []str
 	}
 	return out
 }
+
+// requireSidecar fails the test unless a provisioner's plugin pods run a container whose
+// name or image holds want ("resizer", "snapshotter"): without csi-resizer a grown claim
+// just waits, without csi-snapshotter a VolumeSnapshot never becomes ready, and the
+// timeout would not say why.
+func requireSidecar(t *testing.T, provisioner, want string) {
+	t.Helper()
+	pods, err := client.CoreV1().Pods("pav").List(bgCtx(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + provisioner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			if strings.Contains(c.Name, want) || strings.Contains(c.Image, want) {
+				return
+			}
+		}
+	}
+	t.Fatalf("no %s sidecar in the %s provisioner's plugin pods (namespace pav): pav deploys it when the PavProvisioner has the phase it serves", want, provisioner)
+}
