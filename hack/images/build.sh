@@ -26,7 +26,7 @@
 #                                  external-resizer, which the proxy refuses)
 # The examples' images (examples/<name>/Dockerfile is what a user builds elsewhere, FROM
 # debian:bookworm-slim; here the same Debian packages go on top of busybox):
-#   pav.local/loop-block:dev       Debian mount util-linux e2fsprogs
+#   pav.local/loop-block:dev       Debian mount util-linux e2fsprogs coreutils (cp --sparse)
 #   pav.local/encryption:dev       Debian cryptsetup-bin dmsetup util-linux jq
 #   pav.local/encrypted-fs:dev     Debian gocryptfs fuse3 util-linux
 #   pav.local/object-bucket:dev    Debian fuse3 + /usr/local/bin/rclone (hack/tools/rclone, built
@@ -67,18 +67,19 @@ ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav regis
 
 # The examples' images: their Debian packages, and the smoke test run in each one's chroot.
 declare -A DEB_PKGS=(
-  [loop-block]="dash mount util-linux e2fsprogs"
+  [loop-block]="dash mount util-linux e2fsprogs coreutils"
   [encryption]="dash cryptsetup-bin dmsetup util-linux jq"
   [encrypted-fs]="dash gocryptfs fuse3 util-linux"
   [object-bucket]="dash fuse3"
 )
 declare -A DEB_SMOKE=(
-  [loop-block]="losetup --version && mkfs.ext4 -V && blockdev --version && mountpoint --version"
+  [loop-block]="losetup --version && mkfs.ext4 -V && e2fsck -V && blockdev --version && mountpoint --version && findmnt --version && cp --sparse=always --version >/dev/null && truncate --version >/dev/null"
   [encryption]="cryptsetup --version && command -v dmsetup && jq --version && blockdev --version && wipefs --version"
   [encrypted-fs]="gocryptfs -version && fusermount3 --version && mountpoint --version"
   [object-bucket]="rclone version && fusermount3 --version"
 )
-# Left out of every closure: needed only by maintainer scripts, or busybox does their job.
+# Left out of every closure: needed only by maintainer scripts, or busybox does their job
+# (unless an image names one in DEB_PKGS: loop-block's copies need GNU cp --sparse).
 DEB_EXCLUDE=" adduser passwd debconf cdebconf dpkg install-info debianutils base-files base-passwd bash coreutils sed tar perl-base libpam-modules libpam-modules-bin libpam-runtime "
 
 
@@ -128,15 +129,16 @@ rootfs_busybox() {
 }
 
 # deb_closure PKG...: the packages to unpack for PKG..., one a line (breadth first, one
-# apt-cache call per level).
+# apt-cache call per level). DEB_EXCLUDE drops dependencies, never a PKG asked for.
 deb_closure() {
-  local -A seen=()
+  local -A seen=() asked=()
   local level=("$@") next p
+  for p in "$@"; do asked[$p]=1; done
   while [ "${#level[@]}" -gt 0 ]; do
     next=()
     for p in "${level[@]}"; do
       [ -z "${seen[$p]:-}" ] || continue
-      case "$DEB_EXCLUDE" in *" $p "*) continue ;; esac
+      [ -n "${asked[$p]:-}" ] || case "$DEB_EXCLUDE" in *" $p "*) continue ;; esac
       seen[$p]=1
       echo "$p"
       next+=("$p")

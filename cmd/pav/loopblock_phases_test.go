@@ -1,0 +1,545 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/phase"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/templating"
+)
+
+// loop-block's expansion, snapshot and copy phases (issue 8), evaluated through the
+// driver's own Evaluator with contexts shaped as the README's design section says, and
+// their scripts then run for real on files in a temporary directory (the paths of the
+// node's /var/lib/pav-loop-block and of /pav rewritten): the files they leave are checked,
+// not the text. `pav render` does not evaluate these phases (yet), hence the Evaluator.
+
+const (
+	lbDir    = "/var/lib/pav-loop-block"
+	lbUID    = "9a4c6e2b-3d1f-4a8e-b5c7-1e0f2d3a4b5c"
+	lbHandle = "pvc-" + lbUID + ".node-1"
+	lbSnap   = "snapshot-0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5"
+	mib      = int64(1 << 20)
+)
+
+func loopBlock(t *testing.T) *v1alpha1.PavProvisioner {
+	t.Helper()
+	p, err := provisioner.LoadFile("../../examples/loop-block/provisioner.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := phase.Check(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The capabilities the example advertises follow from its spec.
+func TestLoopBlockFeatures(t *testing.T) {
+	f, err := phase.FeaturesOf(&loopBlock(t).Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Expansion || !f.OnlineExpansion || !f.NodeExpansion || !f.Snapshots || !f.Clones() || !f.Restores() {
+		t.Fatalf("loop-block features: %+v, want online expansion with a node side, snapshots, clones and restores", f)
+	}
+}
+
+// lbClaim is testdata/pvc.yaml in the given volume mode.
+func lbClaim(t *testing.T, mode corev1.PersistentVolumeMode, size int64) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/loop-block/testdata/pvc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := yaml.UnmarshalStrict(b, pvc); err != nil {
+		t.Fatal(err)
+	}
+	pvc.Spec.VolumeMode = &mode
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(size, resource.BinarySI)
+	return pvc
+}
+
+// sandbox is a node's /var/lib/pav-loop-block and a pod's /pav, as temporary directories.
+type sandbox struct{ files, pav string }
+
+func newSandbox(t *testing.T) sandbox {
+	s := sandbox{files: t.TempDir(), pav: t.TempDir()}
+	return s
+}
+
+// run runs the first container's script of a rendered pod template as it would run on
+// NODE_NAME node-1, with the sandbox's directories in place of the node's and /pav. It
+// returns /pav/error's content when the script fails.
+func (s sandbox) run(t *testing.T, tmpl *corev1.PodTemplateSpec) error {
+	t.Helper()
+	if tmpl == nil || len(tmpl.Spec.Containers) == 0 {
+		t.Fatal("no pod template")
+	}
+	c := tmpl.Spec.Containers[0]
+	if len(c.Command) != 3 || c.Command[0] != "sh" || c.Command[1] != "-c" {
+		t.Fatalf("command %q, want sh -c <script>", c.Command)
+	}
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == lbDir {
+			goto mounted
+		}
+	}
+	t.Fatalf("container %s does not mount %s: %+v", c.Name, lbDir, c.VolumeMounts)
+mounted:
+	for _, f := range []string{"handle", "capacity", "error"} {
+		os.Remove(filepath.Join(s.pav, f))
+	}
+	script := strings.ReplaceAll(c.Command[2], lbDir, s.files)
+	script = strings.ReplaceAll(script, "/pav/", s.pav+"/")
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Env = append(os.Environ(), "NODE_NAME=node-1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		msg, _ := os.ReadFile(filepath.Join(s.pav, "error"))
+		return &scriptError{err: err, out: string(out), pavError: string(msg)}
+	}
+	return nil
+}
+
+type scriptError struct {
+	err           error
+	out, pavError string
+}
+
+func (e *scriptError) Error() string {
+	return e.err.Error() + ": /pav/error: " + e.pavError + "; output: " + e.out
+}
+
+func (s sandbox) pavFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.pav, name))
+	if err != nil {
+		t.Fatalf("/pav/%s: %v", name, err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func (s sandbox) pavCapacity(t *testing.T) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s.pavFile(t, "capacity"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found (apt-get install e2fsprogs coreutils): the scripts run it", tool)
+		}
+	}
+}
+
+func creationVars(t *testing.T, pvc *corev1.PersistentVolumeClaim, source map[string]any) templating.Vars {
+	t.Helper()
+	r := phase.FromClaim(phase.Request{VolumeMode: corev1.PersistentVolumeFilesystem, Params: map[string]string{}}, pvc)
+	v, err := phase.CreationVars(r, phase.Objects{PVC: pvc}, "pvc-"+string(pvc.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v["source"] = source
+	v["requisiteTopology"], v["preferredTopology"], v["selectedNode"] = []any{}, []any{}, nil
+	return v
+}
+
+func snapshotVars(handle string, capacity int64, volumeMode string) templating.Vars {
+	v := templating.Vars{
+		"params": map[string]any{}, "snapshotName": lbSnap, "defaultHandle": lbSnap,
+		"volume": map[string]any{"handle": lbHandle, "capacity": 64 * mib, "volumeMode": volumeMode, "params": map[string]any{}},
+	}
+	if handle != "" {
+		v["handle"], v["capacity"] = handle, capacity
+	}
+	return v
+}
+
+// A Filesystem volume made, written, snapshotted, restored bigger, cloned and grown: every
+// script's result is the files (and the ext4 in them) the design promises.
+func TestLoopBlockCopiesAndGrowth(t *testing.T) {
+	needTools(t, "mkfs.ext4", "e2fsck", "resize2fs", "debugfs", "truncate", "cp", "stat")
+	ctx := context.Background()
+	p := loopBlock(t)
+	ev := phase.NewEvaluator(offlinePVCs{})
+	for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock} {
+		t.Run(string(mode), func(t *testing.T) {
+			s := newSandbox(t)
+			src := filepath.Join(s.files, lbHandle+".img")
+			// The source volume, 64Mi, with a file in its ext4 (or bytes on its device).
+			pvc := lbClaim(t, mode, 64*mib)
+			cfg, err := ev.Creation(ctx, p, creationVars(t, pvc, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.PodTemplate.Spec.NodeName != "" || *cfg.Capacity != 64*mib {
+				t.Fatalf("plain creation: node %q capacity %d", cfg.PodTemplate.Spec.NodeName, *cfg.Capacity)
+			}
+			if err := s.run(t, cfg.PodTemplate); err != nil {
+				t.Fatal(err)
+			}
+			if s.pavFile(t, "handle") != lbHandle || fileSize(t, src) != 64*mib {
+				t.Fatalf("creation: handle %q, file %d bytes", s.pavFile(t, "handle"), fileSize(t, src))
+			}
+			writeData(t, mode, src, "original")
+
+			// A snapshot: on the volume's node, a sparse copy under snapshots/, its handle
+			// "<snapshot name>.<node>" and its size in /pav.
+			sc, err := ev.SnapshotCreation(ctx, p, snapshotVars("", 0, string(mode)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sc.PodTemplate.Spec.NodeName != "node-1" {
+				t.Fatalf("snapshot pod on %q, want the volume's node-1", sc.PodTemplate.Spec.NodeName)
+			}
+			if err := s.run(t, sc.PodTemplate); err != nil {
+				t.Fatal(err)
+			}
+			snapHandle := lbSnap + ".node-1"
+			snapFile := filepath.Join(s.files, "snapshots", snapHandle+".img")
+			if got := s.pavFile(t, "handle"); got != snapHandle || s.pavCapacity(t) != 64*mib || fileSize(t, snapFile) != 64*mib {
+				t.Fatalf("snapshot: handle %q capacity %d", got, s.pavCapacity(t))
+			}
+			// Retried (a crashed pod), it keeps the copy it made: the source changed since.
+			writeData(t, mode, src, "changed")
+			if err := s.run(t, sc.PodTemplate); err != nil {
+				t.Fatal(err)
+			}
+			wantData(t, mode, snapFile, "original")
+
+			// A restore, bigger than the snapshot, and a clone of the (changed) volume.
+			for _, c := range []struct {
+				name, uid, kind, handle, want string
+				size                          int64
+			}{
+				{"restore", "11111111-2222-4333-8444-555555555555", "Snapshot", snapHandle, "original", 96 * mib},
+				{"clone", "66666666-7777-4888-9999-aaaaaaaaaaaa", "Volume", lbHandle, "changed", 64*mib + 100},
+			} {
+				pvc := lbClaim(t, mode, c.size)
+				pvc.UID = types.UID(c.uid)
+				source := map[string]any{"kind": c.kind, "handle": c.handle, "capacity": 64 * mib}
+				if c.kind == "Snapshot" {
+					source["volumeHandle"] = lbHandle
+				}
+				cfg, err := ev.Creation(ctx, p, creationVars(t, pvc, source))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cfg.PodTemplate.Spec.NodeName != "node-1" {
+					t.Fatalf("%s pod on %q, want the source's node-1", c.name, cfg.PodTemplate.Spec.NodeName)
+				}
+				if err := s.run(t, cfg.PodTemplate); err != nil {
+					t.Fatal(err)
+				}
+				handle := "pvc-" + c.uid + ".node-1"
+				file := filepath.Join(s.files, handle+".img")
+				rounded := (c.size + 511) / 512 * 512
+				if s.pavFile(t, "handle") != handle || s.pavCapacity(t) != rounded || fileSize(t, file) != rounded {
+					t.Fatalf("%s: handle %q, capacity %d, file %d bytes, want %s and %d", c.name, s.pavFile(t, "handle"), s.pavCapacity(t), fileSize(t, file), handle, rounded)
+				}
+				wantData(t, mode, file, c.want)
+				if mode == corev1.PersistentVolumeFilesystem {
+					wantFSFills(t, file)
+				}
+				if _, err := os.Stat(file + ".part"); !os.IsNotExist(err) {
+					t.Fatalf("%s left %s.part", c.name, file)
+				}
+			}
+
+			// A restore whose snapshot is gone fails, saying which file on which node.
+			pvc = lbClaim(t, mode, 64*mib)
+			pvc.UID = "bbbbbbbb-cccc-4ddd-8eee-ffffffffffff"
+			cfg, err = ev.Creation(ctx, p, creationVars(t, pvc, map[string]any{"kind": "Snapshot", "handle": "snapshot-gone.node-1", "capacity": 64 * mib, "volumeHandle": lbHandle}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.run(t, cfg.PodTemplate)
+			if se, ok := err.(*scriptError); !ok || !strings.Contains(se.pavError, "no backing file") || !strings.Contains(se.pavError, "snapshot snapshot-gone.node-1") {
+				t.Fatalf("restore of a missing snapshot: %v", err)
+			}
+
+			// Growth: 64Mi to 100Mi+1 (rounded up to a sector), never back down.
+			for _, c := range []struct {
+				requested, want int64
+			}{{100*mib + 1, 100*mib + 512}, {80 * mib, 100*mib + 512}} {
+				v, err := phase.DeletionVars(phase.FromClaim(phase.Request{Params: map[string]string{}}, pvc), phase.Objects{PVC: pvc}, "pvc-"+lbUID, lbHandle, fileSize(t, src))
+				if err != nil {
+					t.Fatal(err)
+				}
+				v["requestedCapacity"], v["requestedCapacityLimit"] = c.requested, nil
+				ex, err := ev.Expansion(ctx, p, v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ex.Online || ex.PodTemplate.Spec.NodeName != "node-1" {
+					t.Fatalf("expansion: online %v, pod on %q", ex.Online, ex.PodTemplate.Spec.NodeName)
+				}
+				if err := s.run(t, ex.PodTemplate); err != nil {
+					t.Fatal(err)
+				}
+				if s.pavCapacity(t) != c.want || fileSize(t, src) != c.want {
+					t.Fatalf("expansion to %d: /pav/capacity %d, file %d, want %d", c.requested, s.pavCapacity(t), fileSize(t, src), c.want)
+				}
+			}
+			wantData(t, mode, src, "changed")
+
+			// Snapshot deletion removes the copy (and is a no-op the second time).
+			sd, err := ev.SnapshotDeletion(ctx, p, snapshotVars(snapHandle, 64*mib, string(mode)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sd.PodTemplate.Spec.NodeName != "node-1" {
+				t.Fatalf("snapshot deletion pod on %q", sd.PodTemplate.Spec.NodeName)
+			}
+			for range 2 {
+				if err := s.run(t, sd.PodTemplate); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := os.Stat(snapFile); !os.IsNotExist(err) {
+				t.Fatalf("snapshot deletion left %s", snapFile)
+			}
+		})
+	}
+}
+
+// The node side: on the staging node with the staging pod's /pav, losetup
+// --set-capacity on the file's loop devices and, for a writable Filesystem volume,
+// resize2fs on the device mounted at /pav/volume (privileged: it needs the host's /dev).
+func TestLoopBlockNodeExpansion(t *testing.T) {
+	ctx := context.Background()
+	p := loopBlock(t)
+	ev := phase.NewEvaluator(offlinePVCs{})
+	for _, c := range []struct {
+		mode     corev1.PersistentVolumeMode
+		readOnly bool
+		resize   bool
+	}{
+		{corev1.PersistentVolumeFilesystem, false, true},
+		{corev1.PersistentVolumeFilesystem, true, false},
+		{corev1.PersistentVolumeBlock, false, false},
+	} {
+		v, err := phase.StagingVars(phase.Staged{VolumeMode: c.mode, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Capacity: 96 * mib, Params: map[string]string{}, Handle: lbHandle, ReadOnly: c.readOnly}, phase.Objects{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v["previousCapacity"] = 64 * mib
+		cfg, err := ev.NodeExpansion(ctx, p, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctr := cfg.PodTemplate.Spec.Containers[0]
+		if !isPrivileged(ctr) || cfg.PodTemplate.Spec.NodeName != "" {
+			t.Fatalf("%s: node expansion pod privileged %v, node %q (pav puts it on the staging node)", c.mode, isPrivileged(ctr), cfg.PodTemplate.Spec.NodeName)
+		}
+		sh := ctr.Command[2]
+		wantAll(t, "node expansion", sh, `file=/var/lib/pav-loop-block/`+lbHandle+`.img`, `losetup --noheadings --output NAME --associated "$file"`, `losetup --set-capacity "$dev"`)
+		if got := strings.Contains(sh, "resize2fs"); got != c.resize {
+			t.Errorf("%s read-only=%v: resize2fs in the script %v, want %v:\n%s", c.mode, c.readOnly, got, c.resize, sh)
+		}
+		if c.resize {
+			wantAll(t, "node expansion", sh, "findmnt --noheadings --output SOURCE --mountpoint /pav/volume")
+		}
+	}
+}
+
+// writeData puts a marker in a volume's backing file: a file "data" in its ext4, or the
+// first sector of its device.
+func writeData(t *testing.T, mode corev1.PersistentVolumeMode, img, data string) {
+	t.Helper()
+	if mode == corev1.PersistentVolumeBlock {
+		f, err := os.OpenFile(img, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte(data+"\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	src := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(src, []byte(data+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// debugfs edits the ext4 without mounting it; "rm" fails harmlessly the first time.
+	cmds := filepath.Join(t.TempDir(), "cmds")
+	if err := os.WriteFile(cmds, []byte("rm data\nwrite "+src+" data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("debugfs", "-w", "-f", cmds, img).CombinedOutput(); err != nil {
+		t.Fatalf("debugfs write: %v: %s", err, out)
+	}
+	wantData(t, mode, img, data)
+}
+
+func wantData(t *testing.T, mode corev1.PersistentVolumeMode, img, want string) {
+	t.Helper()
+	var got string
+	if mode == corev1.PersistentVolumeBlock {
+		f, err := os.Open(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, len(want)+1)
+		if _, err := f.ReadAt(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		got = string(b)
+	} else {
+		out, err := exec.Command("debugfs", "-R", "cat data", img).Output()
+		if err != nil {
+			t.Fatalf("debugfs cat: %v", err)
+		}
+		got = string(out)
+	}
+	if got != want+"\n" {
+		t.Fatalf("%s holds %q, want %q", img, got, want+"\n")
+	}
+}
+
+// wantFSFills checks that the ext4 in img spans the file, to within one block group's
+// slack (resize2fs may leave a last group too small to hold its metadata).
+func wantFSFills(t *testing.T, img string) {
+	t.Helper()
+	out, err := exec.Command("dumpe2fs", "-h", img).Output()
+	if err != nil {
+		t.Fatalf("dumpe2fs: %v", err)
+	}
+	field := func(name string) int64 {
+		for _, l := range strings.Split(string(out), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && k == name {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatalf("dumpe2fs: no %q in\n%s", name, out)
+		return 0
+	}
+	fs, size := field("Block count")*field("Block size"), fileSize(t, img)
+	if fs > size || fs < size-mib {
+		t.Fatalf("%s: ext4 of %d bytes in a file of %d: resize2fs did not grow it", img, fs, size)
+	}
+}
+
+// usageDocs decodes every YAML document of an example's usage file, by kind.
+func usageDocs(t *testing.T, file string) map[string][]map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string][]map[string]any{}
+	for _, d := range strings.Split(string(b), "\n---\n") {
+		var m map[string]any
+		if err := yaml.UnmarshalStrict([]byte(d), &m); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if m != nil {
+			docs[m["kind"].(string)] = append(docs[m["kind"].(string)], m)
+		}
+	}
+	return docs
+}
+
+// usage-snapshots.yaml fits usage.yaml and the provisioner: its objects are valid, the
+// VolumeSnapshotClass is the driver's, the snapshot and the clone start from a claim of
+// usage.yaml, the restore from the snapshot, each at least its source's size and in its
+// mode; usage.yaml's StorageClass allows expansion.
+func TestLoopBlockUsageSnapshots(t *testing.T) {
+	base := usageDocs(t, "../../examples/loop-block/usage.yaml")
+	snaps := usageDocs(t, "../../examples/loop-block/usage-snapshots.yaml")
+	if sc := base["StorageClass"]; len(sc) != 1 || sc[0]["allowVolumeExpansion"] != true || sc[0]["provisioner"] != loopBlock(t).Name {
+		t.Fatalf("usage.yaml's StorageClass: %v, want loop-block's with allowVolumeExpansion: true", sc)
+	}
+	claims := map[string]*corev1.PersistentVolumeClaim{}
+	for _, m := range append(append([]map[string]any{}, base["PersistentVolumeClaim"]...), snaps["PersistentVolumeClaim"]...) {
+		b, _ := yaml.Marshal(m)
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := yaml.UnmarshalStrict(b, pvc); err != nil {
+			t.Fatal(err)
+		}
+		claims[pvc.Name] = pvc
+	}
+	for _, m := range snaps["Pod"] {
+		b, _ := yaml.Marshal(m)
+		if err := yaml.UnmarshalStrict(b, &corev1.Pod{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := snaps["VolumeSnapshotClass"]; len(c) != 1 || c[0]["driver"] != "loop-block" || c[0]["deletionPolicy"] != "Delete" {
+		t.Fatalf("VolumeSnapshotClass: %v", c)
+	}
+	vs := snaps["VolumeSnapshot"]
+	if len(vs) != 1 {
+		t.Fatalf("VolumeSnapshots: %v", vs)
+	}
+	spec := vs[0]["spec"].(map[string]any)
+	snapName := vs[0]["metadata"].(map[string]any)["name"].(string)
+	snapSource := claims[spec["source"].(map[string]any)["persistentVolumeClaimName"].(string)]
+	if snapSource == nil || spec["volumeSnapshotClassName"] != snaps["VolumeSnapshotClass"][0]["metadata"].(map[string]any)["name"] {
+		t.Fatalf("VolumeSnapshot spec %v: its claim and class must be in the files", spec)
+	}
+	kinds := map[string]bool{}
+	for _, pvc := range claims {
+		ds := pvc.Spec.DataSource
+		if ds == nil {
+			continue
+		}
+		kinds[ds.Kind] = true
+		var src *corev1.PersistentVolumeClaim
+		switch ds.Kind {
+		case "VolumeSnapshot":
+			if ds.APIGroup == nil || *ds.APIGroup != "snapshot.storage.k8s.io" || ds.Name != snapName {
+				t.Fatalf("%s: dataSource %+v, want the VolumeSnapshot %s", pvc.Name, ds, snapName)
+			}
+			src = snapSource
+		case "PersistentVolumeClaim":
+			src = claims[ds.Name]
+		}
+		if src == nil {
+			t.Fatalf("%s: dataSource %+v names nothing in the files", pvc.Name, ds)
+		}
+		want, got := src.Spec.Resources.Requests[corev1.ResourceStorage], pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		if got.Cmp(want) < 0 || *pvc.Spec.VolumeMode != *src.Spec.VolumeMode || *pvc.Spec.StorageClassName != *src.Spec.StorageClassName {
+			t.Fatalf("%s (%s, %s) from %s (%s, %s): Kubernetes wants at least the source's size, its mode and (here) its StorageClass",
+				pvc.Name, got.String(), *pvc.Spec.VolumeMode, src.Name, want.String(), *src.Spec.VolumeMode)
+		}
+	}
+	if !kinds["VolumeSnapshot"] || !kinds["PersistentVolumeClaim"] {
+		t.Fatalf("usage-snapshots.yaml has a restore %v and a clone %v, want both", kinds["VolumeSnapshot"], kinds["PersistentVolumeClaim"])
+	}
+}
