@@ -74,6 +74,26 @@ type PavVolumeSpec struct {
 	// of managedFields and kubectl's last-applied annotation.
 	PVC *corev1.PersistentVolumeClaim `json:"pvc,omitempty"`
 	SC  *storagev1.StorageClass       `json:"sc,omitempty"`
+	// Source is what the volume is created from (CSI volume_content_source),
+	// nil for an empty volume.
+	Source *VolumeSource `json:"source,omitempty"`
+}
+
+// Kinds of VolumeSource.
+const (
+	SourceKindSnapshot = "Snapshot"
+	SourceKindVolume   = "Volume"
+)
+
+// VolumeSource is the snapshot or volume a volume is created from, as the
+// validation and creation contexts see it (`source`), read from that
+// snapshot's or volume's record when the volume was recorded.
+type VolumeSource struct {
+	Kind     string `json:"kind"`
+	Handle   string `json:"handle"`
+	Capacity int64  `json:"capacity"`
+	// VolumeHandle is, for a snapshot, the volume it was taken of.
+	VolumeHandle string `json:"volumeHandle,omitempty"`
 }
 
 // VolumePhase is how far a volume's life has come.

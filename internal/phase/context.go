@@ -7,6 +7,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/templating"
 )
 
@@ -19,6 +20,9 @@ type Request struct {
 	MinCapacity int64  // bytes
 	MaxCapacity *int64 // bytes, nil when unbounded
 	Params      map[string]string
+	// Source is what the volume is created from (nil: nothing): the
+	// validation and creation contexts' `source`.
+	Source *v1alpha1.VolumeSource
 }
 
 // FromClaim overrides base with what a PVC asks for: its volume mode, access
@@ -61,6 +65,7 @@ func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, er
 		"requestedMinCapacity": r.MinCapacity,
 		"requestedMaxCapacity": nil,
 		"params":               params(r.Params),
+		"source":               sourceVar(r.Source),
 	}
 	if r.MaxCapacity != nil {
 		v["requestedMaxCapacity"] = *r.MaxCapacity
