@@ -94,7 +94,9 @@ type Server struct {
 	Eval    *phase.Evaluator
 	Pods    PodRunner
 	Records Records
-	Client  kubernetes.Interface // PVCs and StorageClasses; nil when only CSI requests are known
+	// Snapshots keeps the PavSnapshot records; nil: no snapshots.
+	Snapshots SnapshotRecords
+	Client    kubernetes.Interface // PVCs and StorageClasses; nil when only CSI requests are known
 
 	busy inflight.Set
 }
@@ -103,14 +105,20 @@ type Server struct {
 // lost (deleted by someone else) or failed, and the oldest such entries go.
 const maxPodEntries = 12
 
-// ControllerGetCapabilities advertises CREATE_DELETE_VOLUME only: pav volumes are
-// not attached (attachRequired: false) and have no snapshots or expansion yet.
+// ControllerGetCapabilities advertises CREATE_DELETE_VOLUME, and what the
+// provisioner's spec declares (snapshots, clones): pav volumes are not
+// attached (attachRequired: false).
 func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
+	caps := []*csi.ControllerServiceCapability{{
 		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{
 			Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		}},
-	}}}, nil
+	}}
+	more, err := s.snapshotCapabilities()
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: append(caps, more...)}, nil
 }
 
 // CreateVolume checks the request, records the volume, runs the validation and
@@ -133,14 +141,12 @@ func (s *Server) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "pav volumes cannot be created from a snapshot or another volume")
-	}
 	r := phase.Request{
 		VolumeMode:  mode,
 		AccessModes: accessModes,
 		MinCapacity: req.GetCapacityRange().GetRequiredBytes(),
 		Params:      volume.UserParams(req.GetParameters()),
+		Source:      requestedSource(req.GetVolumeContentSource()),
 	}
 	if lim := req.GetCapacityRange().GetLimitBytes(); lim > 0 {
 		r.MaxCapacity = &lim
@@ -170,6 +176,11 @@ func (s *Server) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, err
 	}
 	if rec == nil {
+		// The source is read (and checked) once, before the record: retries
+		// use what the record says of it.
+		if r.Source, err = s.contentSource(ctx, p, req.GetVolumeContentSource(), r.MaxCapacity); err != nil {
+			return nil, err
+		}
 		if rec, err = s.record(ctx, p, req, r); err != nil || rec == nil {
 			return nil, err
 		}
@@ -189,6 +200,8 @@ func fits(v *v1alpha1.PavVolume, r phase.Request) error {
 		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists as a %s volume", sp.VolumeName, sp.RequestedVolumeMode)
 	case !maps.Equal(sp.Params, r.Params):
 		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists with other parameters", sp.VolumeName)
+	case !sameSource(sp.Source, r.Source):
+		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists with another content source", sp.VolumeName)
 	case v.Status.Phase == v1alpha1.VolumeCreated:
 		c := v.Status.Capacity
 		if c < r.MinCapacity || r.MaxCapacity != nil && c > *r.MaxCapacity {
@@ -237,7 +250,7 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 	}
 	sp.RequestedVolumeMode, sp.RequestedAccessModes = r.VolumeMode, r.AccessModes
 	sp.RequestedMinCapacity, sp.RequestedMaxCapacity, sp.Params = r.MinCapacity, r.MaxCapacity, r.Params
-	sp.AccessibilityRequirements = r.Topology
+	sp.AccessibilityRequirements, sp.Source = r.Topology, r.Source
 	v := &v1alpha1.PavVolume{Spec: sp}
 
 	// The static checks and every template, before anything is written.
@@ -306,7 +319,7 @@ func (j *job) request() phase.Request {
 	sp := &j.v.Spec
 	return phase.Request{VolumeMode: sp.RequestedVolumeMode, AccessModes: sp.RequestedAccessModes,
 		MinCapacity: sp.RequestedMinCapacity, MaxCapacity: sp.RequestedMaxCapacity, Params: sp.Params,
-		Topology: sp.AccessibilityRequirements}
+		Topology: sp.AccessibilityRequirements, Source: sp.Source}
 }
 
 func (j *job) objects() phase.Objects { return phase.Objects{PVC: j.v.Spec.PVC, SC: j.v.Spec.SC} }
@@ -483,7 +496,8 @@ func (j *job) resume(ctx context.Context) (*csi.Volume, error) {
 			st := &j.v.Status
 			return &csi.Volume{VolumeId: st.Handle, CapacityBytes: st.Capacity,
 				VolumeContext:      volume.Context(j.v.Spec.Params, st.Capacity, j.pvName),
-				AccessibleTopology: csiTopology(st.AccessibleTopology)}, nil
+				AccessibleTopology: csiTopology(st.AccessibleTopology),
+				ContentSource:      csiContentSource(j.v.Spec.Source)}, nil
 		case v1alpha1.VolumeDeleting:
 			return nil, grpcerr.Errorf(codes.FailedPrecondition, "volume %s is being deleted", j.v.Spec.VolumeName)
 		default:

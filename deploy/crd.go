@@ -22,3 +22,9 @@ var PolicyYAML []byte
 //
 //go:embed crd/pavvolumes.yaml
 var VolumeCRDYAML []byte
+
+// SnapshotCRDYAML is the PavSnapshot CustomResourceDefinition
+// (crd/pavsnapshots.yaml): pav's record of each snapshot.
+//
+//go:embed crd/pavsnapshots.yaml
+var SnapshotCRDYAML []byte

@@ -130,6 +130,7 @@ func fullVolume() *v1alpha1.PavVolume {
 			DefaultHandle: "pvc-6f1c2c6e-3b1d-4c36-9d4e-0a8f3e2b9c11", PVC: pvc,
 			SC: &storagev1.StorageClass{TypeMeta: metav1.TypeMeta{APIVersion: "storage.k8s.io/v1", Kind: "StorageClass"},
 				ObjectMeta: metav1.ObjectMeta{Name: sc}, Provisioner: "hello", Parameters: map[string]string{"color": "blue"}, VolumeBindingMode: &wffc},
+			Source: &v1alpha1.VolumeSource{Kind: v1alpha1.SourceKindSnapshot, Handle: "snap-1", Capacity: 1 << 30, VolumeHandle: "backend-0"},
 		},
 		Status: v1alpha1.PavVolumeStatus{
 			Phase: v1alpha1.VolumeCreated, Handle: "backend-1", Capacity: 1 << 30, Reason: v1alpha1.ReasonCreationFailed, Message: "earlier: quota exceeded",

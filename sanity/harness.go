@@ -23,6 +23,7 @@ import (
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -36,7 +37,9 @@ import (
 const NodeName = "sanity-node"
 
 // Provisioner is the PavProvisioner under test. The creation pod reports the
-// capacity it was asked for (1 GiB when the request names none); the staging pod
+// capacity it was asked for (1 GiB when the request names none), or its source's
+// when it restores a snapshot or clones a volume; the snapshot creation pod
+// reports a handle of its own and the source volume's capacity; the staging pod
 // tells the fake kubelet the mode and capacity it must provide.
 const Provisioner = `apiVersion: pav.albertofaria.github.io/v1alpha1
 kind: PavProvisioner
@@ -48,17 +51,33 @@ spec:
     volumeModes: [Filesystem, Block]
     accessModes: [ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod]
   volumeCreation:
+    contentSources: [Snapshot, Volume]
     podTemplate:
       spec:
         containers:
           - name: create
             image: busybox
             env:
-              - {name: CAPACITY, value: "{{ requestedMinCapacity if requestedMinCapacity > 0 else 1073741824 }}"}
+              - {name: CAPACITY, value: "{{ [requestedMinCapacity if requestedMinCapacity > 0 else 1073741824, source.capacity if source else 0] | max }}"}
+              - {name: SOURCE, value: "{{ source.kind ~ ':' ~ source.handle if source else '' }}"}
   volumeDeletion:
     podTemplate:
       spec:
         containers: [{name: delete, image: busybox, command: [rm, -rf, "/backend/{{ handle | tobash }}"]}]
+  snapshotCreation:
+    podTemplate:
+      spec:
+        containers:
+          - name: snapshot
+            image: busybox
+            env:
+              - {name: HANDLE, value: "snap-{{ snapshotName | replace('/', '-') }}"}
+              - {name: SIZE, value: "{{ volume.capacity }}"}
+              - {name: VOLUME, value: "{{ volume.handle }}"}
+  snapshotDeletion:
+    podTemplate:
+      spec:
+        containers: [{name: delete, image: busybox, command: [rm, -rf, "/backend/snapshots/{{ handle | tobash }}"]}]
   volumeStaging:
     podTemplate:
       spec:
@@ -135,12 +154,15 @@ func Run(t *testing.T, accessType string) {
 			t.Errorf("pod left behind: %s/%s (phase %s)", p.Namespace, p.Name, p.Labels[podrunner.LabelPhase])
 		}
 	}
-	// And every record: each volume csi-sanity created it also deleted.
-	if vols, err := records.Resource(v1alpha1.VolumeGroupVersionResource).List(context.Background(), metav1.ListOptions{}); err != nil {
-		t.Error(err)
-	} else {
-		for _, v := range vols.Items {
-			t.Errorf("PavVolume left behind: %s", v.GetName())
+	// And every record: each volume and snapshot csi-sanity created it also
+	// deleted.
+	for _, gvr := range []schema.GroupVersionResource{v1alpha1.VolumeGroupVersionResource, v1alpha1.SnapshotGroupVersionResource} {
+		if objs, err := records.Resource(gvr).List(context.Background(), metav1.ListOptions{}); err != nil {
+			t.Error(err)
+		} else {
+			for _, o := range objs.Items {
+				t.Errorf("%s left behind: %s", gvr.Resource, o.GetName())
+			}
 		}
 	}
 	cancel()
@@ -156,6 +178,8 @@ func behaviour(pod *corev1.Pod) fakekubelet.Outcome {
 		return fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}
 	case v1alpha1.PhaseCreation:
 		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"capacity": env(pod, "CAPACITY") + "\n"}}
+	case v1alpha1.PhaseSnapshotCreation:
+		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": env(pod, "HANDLE"), "capacity": env(pod, "SIZE")}}
 	}
 	return fakekubelet.Outcome{Kind: fakekubelet.Succeed}
 }

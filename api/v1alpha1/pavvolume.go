@@ -78,6 +78,9 @@ type PavVolumeSpec struct {
 	// after a reschedule may ask for another node, but the volume's pods and
 	// topology follow what creation started with.
 	AccessibilityRequirements *TopologyRequirement `json:"accessibilityRequirements,omitempty"`
+	// Source is what the volume is created from (CSI volume_content_source),
+	// nil for an empty volume.
+	Source *VolumeSource `json:"source,omitempty"`
 }
 
 // TopologyRequirement is CSI's TopologyRequirement: the segments (maps of
@@ -87,6 +90,23 @@ type PavVolumeSpec struct {
 type TopologyRequirement struct {
 	Requisite []map[string]string `json:"requisite,omitempty"`
 	Preferred []map[string]string `json:"preferred,omitempty"`
+}
+
+// Kinds of VolumeSource.
+const (
+	SourceKindSnapshot = "Snapshot"
+	SourceKindVolume   = "Volume"
+)
+
+// VolumeSource is the snapshot or volume a volume is created from, as the
+// validation and creation contexts see it (`source`), read from that
+// snapshot's or volume's record when the volume was recorded.
+type VolumeSource struct {
+	Kind     string `json:"kind"`
+	Handle   string `json:"handle"`
+	Capacity int64  `json:"capacity"`
+	// VolumeHandle is, for a snapshot, the volume it was taken of.
+	VolumeHandle string `json:"volumeHandle,omitempty"`
 }
 
 // VolumePhase is how far a volume's life has come.

@@ -174,7 +174,11 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		if err := recs.Start(ctx); err != nil {
 			return nil, nil, err
 		}
-		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Client: d.Client}
+		snaps := records.NewSnapshots(d.Dynamic, name)
+		if err := snaps.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, Client: d.Client}
 	}
 	return svc, src, nil
 }

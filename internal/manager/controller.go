@@ -114,7 +114,14 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c.records = volInf.GetIndexer()
-	c.guards = []guard{pvGuard(c.pvs), podGuard(c.pods), recordGuard(c.records)}
+	// And of snapshots (PavSnapshots): a snapshot outlives its volume, and only
+	// the driver can delete it.
+	snapInf := dyn.ForResource(v1alpha1.SnapshotGroupVersionResource).Informer()
+	if err := snapInf.AddIndexers(cache.Indexers{indexByProvisioner: recordByProvisioner}); err != nil {
+		return nil, err
+	}
+	c.guards = []guard{pvGuard(c.pvs), podGuard(c.pods), recordGuard(v1alpha1.VolumeKind, c.records),
+		recordGuard(v1alpha1.SnapshotKind, snapInf.GetIndexer())}
 
 	for _, h := range []struct {
 		inf  cache.SharedIndexInformer
@@ -127,6 +134,7 @@ func New(cfg Config) (*Controller, error) {
 		{pvInf, pvKeys},
 		{podInf, podKeys},
 		{volInf, func(o any) []string { k, _ := recordByProvisioner(o); return k }},
+		{snapInf, func(o any) []string { k, _ := recordByProvisioner(o); return k }},
 	} {
 		keys := h.keys
 		enqueue := func(o any) {

@@ -53,7 +53,8 @@ func newFixture(t *testing.T, s Settings, objs ...runtime.Object) *fixture {
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, kube: kubefake.NewClientset(objs...),
 		dyn: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "PavProvisionerList", v1alpha1.VolumeGroupVersionResource: "PavVolumeList"}),
+			map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "PavProvisionerList", v1alpha1.VolumeGroupVersionResource: "PavVolumeList",
+				v1alpha1.SnapshotGroupVersionResource: "PavSnapshotList"}),
 		events: record.NewFakeRecorder(100)}
 	f.dyn.PrependReactor("patch", v1alpha1.Resource, applyAsMergePatch(f.dyn.Tracker()))
 	c, err := New(Config{Kube: f.kube, Dynamic: f.dyn, Namespace: ns, Settings: s, Recorder: f.events})
@@ -484,3 +485,36 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 func k8stestingTombstone(o any) any { return cache.DeletedFinalStateUnknown{Key: "x", Obj: o} }
+
+// snapshot creates a Created PavSnapshot of provisioner and waits until the
+// manager's informer has it (its guard names it, or the informer's lister
+// lists it).
+func (f *fixture) snapshot(name, provisioner string) {
+	f.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.SnapshotKind,
+		"metadata": map[string]any{"name": name, "labels": map[string]any{v1alpha1.LabelVolumeProvisioner: provisioner}},
+		"spec":     map[string]any{"provisioner": provisioner, "snapshotName": name},
+		"status":   map[string]any{"phase": string(v1alpha1.SnapshotCreated)},
+	}}
+	if _, err := f.dyn.Resource(v1alpha1.SnapshotGroupVersionResource).Create(f.ctx, u, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	want := fmt.Sprintf("%s %s (", v1alpha1.SnapshotKind, name)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := f.c.blockers(provisioner)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for _, s := range b {
+			if strings.HasPrefix(s, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("PavSnapshot %s not in the manager's cache", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

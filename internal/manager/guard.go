@@ -23,6 +23,8 @@ import (
 //     the user's, and PaV let such a provisioner go as well;
 //   - a volume record (PavVolume) of the provisioner: a volume being created,
 //     reverted or deleted, or one whose PV is gone before DeleteVolume ran;
+//   - a snapshot record (PavSnapshot) of the provisioner: only its driver can
+//     delete the snapshot (which outlives its volume);
 //   - one of pav's pods of the provisioner that has not finished, and every
 //     staging pod: a staging pod stays until its volume is unstaged, so it is how
 //     the manager knows a volume (static ones too) is still staged on a node, and
@@ -105,7 +107,7 @@ func podGuard(pods cache.Indexer) guard {
 	}
 }
 
-// recordByProvisioner indexes PavVolumes (unstructured, from the dynamic
+// recordByProvisioner indexes PavVolumes and PavSnapshots (unstructured, from the dynamic
 // informer) by their provisioner label.
 func recordByProvisioner(obj any) ([]string, error) {
 	if m, ok := object(obj); ok && m.GetLabels()[v1alpha1.LabelVolumeProvisioner] != "" {
@@ -114,8 +116,8 @@ func recordByProvisioner(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// recordGuard: the provisioner's volume records.
-func recordGuard(records cache.Indexer) guard {
+// recordGuard: the provisioner's records of one kind (PavVolume, PavSnapshot).
+func recordGuard(kind string, records cache.Indexer) guard {
 	return func(provisioner string) ([]string, error) {
 		objs, err := records.ByIndex(indexByProvisioner, provisioner)
 		if err != nil {
@@ -134,7 +136,7 @@ func recordGuard(records cache.Indexer) guard {
 			if phase == "" {
 				phase = "new"
 			}
-			out = append(out, fmt.Sprintf("PavVolume %s (%s)", m.GetName(), phase))
+			out = append(out, fmt.Sprintf("%s %s (%s)", kind, m.GetName(), phase))
 		}
 		return out, nil
 	}

@@ -331,6 +331,7 @@ func TestDeletionGuard(t *testing.T) {
 		name    string
 		objs    []runtime.Object
 		records map[string]string // PavVolumes: name -> provisioner
+		snaps   map[string]string // PavSnapshots: name -> provisioner
 		blocked []string          // substrings of the Terminating message; none: not blocked
 	}{
 		{name: "nothing"},
@@ -345,6 +346,8 @@ func TestDeletionGuard(t *testing.T) {
 		{name: "creation pod finished", objs: []runtime.Object{pavPod("c1", "p1", "creation", corev1.PodSucceeded)}},
 		{name: "volume record, no PV yet (creation in progress)", records: map[string]string{"pvc-1": "p1"}, blocked: []string{"PavVolume pvc-1 (Creating)"}},
 		{name: "another provisioner's volume record", records: map[string]string{"pvc-1": "p2"}},
+		{name: "snapshot record (it outlives its volume)", snaps: map[string]string{"snapshot-1": "p1"}, blocked: []string{"PavSnapshot snapshot-1 (Created)"}},
+		{name: "another provisioner's snapshot record", snaps: map[string]string{"snapshot-1": "p2"}},
 		{name: "another provisioner's pod", objs: []runtime.Object{pavPod("s1", "p2", "staging", corev1.PodRunning)}},
 		{name: "many", objs: []runtime.Object{
 			dynamicPV("pv-1", "p1", corev1.VolumeBound), dynamicPV("pv-2", "p1", corev1.VolumeBound), dynamicPV("pv-3", "p1", corev1.VolumeBound),
@@ -355,6 +358,9 @@ func TestDeletionGuard(t *testing.T) {
 			f := newFixture(t, Settings{}, tc.objs...)
 			for name, p := range tc.records {
 				f.record(name, p, v1alpha1.VolumeCreating)
+			}
+			for name, p := range tc.snaps {
+				f.snapshot(name, p)
 			}
 			f.create(provisioner("p1", "uid-1", 1))
 			mustReconcile(t, f, "p1")

@@ -24,6 +24,9 @@ type Request struct {
 	// Topology is CreateVolume's accessibility requirements; nil without
 	// (static provisioning, a CO without topology).
 	Topology *v1alpha1.TopologyRequirement
+	// Source is what the volume is created from (nil: nothing): the
+	// validation and creation contexts' `source`.
+	Source *v1alpha1.VolumeSource
 }
 
 // FromClaim overrides base with what a PVC asks for: its volume mode, access
@@ -67,6 +70,7 @@ func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, er
 		"requestedMinCapacity": r.MinCapacity,
 		"requestedMaxCapacity": nil,
 		"params":               params(r.Params),
+		"source":               sourceVar(r.Source),
 	}
 	if r.MaxCapacity != nil {
 		v["requestedMaxCapacity"] = *r.MaxCapacity

@@ -25,8 +25,9 @@ import (
 // ListKinds are the list kinds the fake dynamic client must know for pav's
 // resources (PavProvisioner and PavVolume).
 var ListKinds = map[schema.GroupVersionResource]string{
-	v1alpha1.GroupVersionResource:       v1alpha1.Kind + "List",
-	v1alpha1.VolumeGroupVersionResource: v1alpha1.VolumeKind + "List",
+	v1alpha1.GroupVersionResource:         v1alpha1.Kind + "List",
+	v1alpha1.VolumeGroupVersionResource:   v1alpha1.VolumeKind + "List",
+	v1alpha1.SnapshotGroupVersionResource: v1alpha1.SnapshotKind + "List",
 }
 
 // NewClient returns a fake dynamic client holding objects (unstructured),
@@ -37,7 +38,7 @@ func NewClient(objects ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return c
 }
 
-// Install adds the PavVolume write semantics to an existing fake client.
+// Install adds the PavVolume and PavSnapshot write semantics to an existing fake client.
 func Install(c *dynamicfake.FakeDynamicClient) {
 	var mu sync.Mutex
 	rv := int64(1000)
@@ -47,7 +48,12 @@ func Install(c *dynamicfake.FakeDynamicClient) {
 		rv++
 		return strconv.FormatInt(rv, 10)
 	}
-	gvr := v1alpha1.VolumeGroupVersionResource
+	for _, gvr := range []schema.GroupVersionResource{v1alpha1.VolumeGroupVersionResource, v1alpha1.SnapshotGroupVersionResource} {
+		install(c, gvr, next)
+	}
+}
+
+func install(c *dynamicfake.FakeDynamicClient, gvr schema.GroupVersionResource, next func() string) {
 	stored := func(name string) (*unstructured.Unstructured, error) {
 		obj, err := c.Tracker().Get(gvr, "", name)
 		if err != nil {
@@ -59,7 +65,7 @@ func Install(c *dynamicfake.FakeDynamicClient) {
 		}
 		return u, nil
 	}
-	c.PrependReactor("create", v1alpha1.VolumeResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+	c.PrependReactor("create", gvr.Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		u, ok := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured)
 		if !ok || a.GetSubresource() != "" {
 			return false, nil, nil
@@ -72,7 +78,7 @@ func Install(c *dynamicfake.FakeDynamicClient) {
 		u.SetResourceVersion(next())
 		return false, nil, nil // the tracker stores it and returns it
 	})
-	c.PrependReactor("update", v1alpha1.VolumeResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+	c.PrependReactor("update", gvr.Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		u, ok := a.(k8stesting.UpdateAction).GetObject().(*unstructured.Unstructured)
 		if !ok {
 			return false, nil, nil
@@ -91,7 +97,7 @@ func Install(c *dynamicfake.FakeDynamicClient) {
 		u.SetResourceVersion(next())
 		return false, nil, nil
 	})
-	c.PrependReactor("delete", v1alpha1.VolumeResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+	c.PrependReactor("delete", gvr.Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		da := a.(k8stesting.DeleteAction)
 		pre := da.GetDeleteOptions().Preconditions
 		if pre == nil || pre.UID == nil {

@@ -1,0 +1,167 @@
+package v1alpha1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// PavSnapshot names the record pav keeps of each snapshot.
+const (
+	SnapshotKind      = "PavSnapshot"
+	SnapshotResource  = "pavsnapshots"
+	SnapshotShortName = "pavsnap"
+
+	// LabelSnapshotSourceVolume, on a PavSnapshot, is HandleLabel of the
+	// source volume's handle: ListSnapshots filters on it. (The provisioner
+	// and handle labels are LabelVolumeProvisioner and LabelVolumeHandle.)
+	LabelSnapshotSourceVolume = GroupName + "/source-volume"
+)
+
+// SnapshotGroupVersionResource and SnapshotGroupVersionKind are PavSnapshot's.
+var (
+	SnapshotGroupVersionResource = SchemeGroupVersion.WithResource(SnapshotResource)
+	SnapshotGroupVersionKind     = SchemeGroupVersion.WithKind(SnapshotKind)
+)
+
+// PavSnapshot is pav's record of one snapshot, as PavVolume is of a volume:
+// cluster-scoped, written only by pav's controller ServiceAccount, from the
+// start of CreateSnapshot until DeleteSnapshot has finished. It holds what the
+// snapshot's pods need of the source volume, so a snapshot outlives its
+// volume (and the volume's record).
+type PavSnapshot struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   PavSnapshotSpec   `json:"spec"`
+	Status PavSnapshotStatus `json:"status,omitempty"`
+}
+
+// PavSnapshotSpec is what CreateSnapshot saw, written once.
+type PavSnapshotSpec struct {
+	// Provisioner is the PavProvisioner (and CSI driver) that owns the snapshot.
+	Provisioner string `json:"provisioner"`
+	// SnapshotName is the CSI snapshot name (csi-snapshotter's snapshot-<uid>).
+	SnapshotName string `json:"snapshotName"`
+	// SourceVolumeID is the handle of the volume the snapshot was taken of,
+	// SourceVolumeRecord the name of that volume's PavVolume.
+	SourceVolumeID     string `json:"sourceVolumeID"`
+	SourceVolumeRecord string `json:"sourceVolumeRecord"`
+	// Params are the VolumeSnapshotClass parameters (no sidecar keys).
+	Params map[string]string `json:"params,omitempty"`
+	// VolumeSnapshot is "namespace/name" and VolumeSnapshotContent the name of
+	// the Kubernetes objects, when csi-snapshotter's --extra-create-metadata
+	// gave them (for people: kubectl get).
+	VolumeSnapshot        string `json:"volumeSnapshot,omitempty"`
+	VolumeSnapshotContent string `json:"volumeSnapshotContent,omitempty"`
+	// Volume is the source volume as the snapshot's contexts see it.
+	Volume SnapshotSourceVolume `json:"volume"`
+}
+
+// SnapshotSourceVolume is the source volume's part of a snapshot's context,
+// copied from its PavVolume when the snapshot was recorded.
+type SnapshotSourceVolume struct {
+	Handle     string                        `json:"handle"`
+	Capacity   int64                         `json:"capacity"`
+	VolumeMode corev1.PersistentVolumeMode   `json:"volumeMode"`
+	Params     map[string]string             `json:"params,omitempty"`
+	PVC        *corev1.PersistentVolumeClaim `json:"pvc,omitempty"`
+	SC         *storagev1.StorageClass       `json:"sc,omitempty"`
+}
+
+// SnapshotPhase is how far a snapshot's life has come.
+type SnapshotPhase string
+
+const (
+	// SnapshotCreating: the snapshotCreation pod runs (or is about to).
+	SnapshotCreating SnapshotPhase = "Creating"
+	// SnapshotCreated: the snapshot exists; status.handle and size are final.
+	SnapshotCreated SnapshotPhase = "Created"
+	// SnapshotDeleting: the snapshotDeletion pod runs: DeleteSnapshot, or the
+	// revert of a failed creation (status.reason set).
+	SnapshotDeleting SnapshotPhase = "Deleting"
+)
+
+// PavSnapshotStatus is the state of a snapshot's life.
+type PavSnapshotStatus struct {
+	Phase SnapshotPhase `json:"phase,omitempty"`
+	// Handle (the CSI snapshot id) and Size (bytes), once known.
+	Handle string `json:"handle,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+	// CreationTime is when the snapshot was cut (the creation pod's success).
+	CreationTime *metav1.Time `json:"creationTime,omitempty"`
+	ReadyToUse   bool         `json:"readyToUse,omitempty"`
+	// Reason is why creation failed, while a failed creation is reverted;
+	// Message the last failure.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Pods are the pods pav ran or runs for the snapshot, recorded before
+	// each pod is asked for.
+	Pods []VolumePod `json:"pods,omitempty"`
+}
+
+// Pod returns the last pod entry of a phase, or nil.
+func (s *PavSnapshotStatus) Pod(ph Phase) *VolumePod {
+	for i := len(s.Pods) - 1; i >= 0; i-- {
+		if s.Pods[i].Phase == ph {
+			return &s.Pods[i]
+		}
+	}
+	return nil
+}
+
+// SnapshotRecordName is the PavSnapshot name of a CSI snapshot name: the name
+// itself when it is a DNS subdomain (csi-snapshotter's snapshot-<uid>), else
+// s-<32 hex digits of its SHA-256>.
+func SnapshotRecordName(snapshotName string) string {
+	if len(validation.NameIsDNSSubdomain(snapshotName, false)) == 0 {
+		return snapshotName
+	}
+	sum := sha256.Sum256([]byte(snapshotName))
+	return "s-" + hex.EncodeToString(sum[:16])
+}
+
+// PavSnapshotList is a list of PavSnapshots.
+type PavSnapshotList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PavSnapshot `json:"items"`
+}
+
+// DeepCopyObject implements runtime.Object.
+func (s *PavSnapshot) DeepCopyObject() runtime.Object { return s.DeepCopy() }
+
+// DeepCopy copies the record through JSON, as PavVolume does.
+func (s *PavSnapshot) DeepCopy() *PavSnapshot {
+	if s == nil {
+		return nil
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // cannot happen: every field marshals
+	}
+	out := &PavSnapshot{}
+	if err := json.Unmarshal(b, out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *PavSnapshotList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &PavSnapshotList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	for i := range l.Items {
+		out.Items = append(out.Items, *l.Items[i].DeepCopy())
+	}
+	return out
+}
