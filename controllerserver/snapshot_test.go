@@ -481,3 +481,35 @@ func TestCreateVolumeFromSource(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteSnapshotPodFailure: a failed snapshotDeletion pod is recorded and
+// removed, the record stays Deleting with the failure, and the retry runs a
+// new pod (new token) and finishes.
+func TestDeleteSnapshotPodFailure(t *testing.T) {
+	p := prov(t, snapSpec(plainCreation, snapshotPod))
+	c := newCluster(t)
+	runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: volumeAnswer, v1alpha1.PhaseSnapshotDeletion: podFails("backend down")}}
+	newVolume(t, c.server(p, runner), "v1")
+	if _, err := c.server(p, runner).CreateSnapshot(context.Background(), snapshotRequest("s1", "v1")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.server(p, runner).DeleteSnapshot(context.Background(), &csi.DeleteSnapshotRequest{SnapshotId: "s1"})
+	if err == nil || !strings.Contains(err.Error(), "backend down") {
+		t.Fatalf("first call: %v", err)
+	}
+	recs := c.snapshots()
+	if len(recs) != 1 || recs[0].Status.Phase != v1alpha1.SnapshotDeleting || !strings.Contains(recs[0].Status.Message, "backend down") ||
+		recs[0].Status.Pod(v1alpha1.PhaseSnapshotDeletion).Outcome != v1alpha1.PodFailed || runner.live() != 0 {
+		t.Fatalf("records %+v, %d pods", recs, runner.live())
+	}
+	runner.answers[v1alpha1.PhaseSnapshotDeletion] = nil
+	if _, err := c.server(p, runner).DeleteSnapshot(context.Background(), &csi.DeleteSnapshotRequest{SnapshotId: "s1"}); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if got := strings.Join(runner.phases(), " "); got != "creation snapshotcreation snapshotdeletion snapshotdeletion" {
+		t.Fatalf("pods %q", got)
+	}
+	if len(c.snapshots()) != 0 || runner.live() != 0 {
+		t.Fatalf("left: %d records, %d pods", len(c.snapshots()), runner.live())
+	}
+}
