@@ -955,7 +955,7 @@ func (s *Server) validateVolumeCapabilities(ctx context.Context, req *csi.Valida
 		return nil, grpcerr.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
 	}
 	c := v.Status.Capacity
-	r := phase.Request{VolumeMode: mode, AccessModes: modes, MinCapacity: c, MaxCapacity: &c, Params: v.Spec.Params}
+	r := phase.Request{VolumeMode: mode, AccessModes: modes, MinCapacity: c, MaxCapacity: &c, Params: v.Spec.Params, Source: v.Spec.Source}
 	vars, err := phase.ValidationVars(r, phase.Objects{PVC: v.Spec.PVC, SC: v.Spec.SC}, "")
 	if err != nil {
 		return nil, err

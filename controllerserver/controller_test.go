@@ -203,7 +203,11 @@ func (c *cluster) server(p *v1alpha1.PavProvisioner, runner PodRunner) *Server {
 	if err := store.Start(ctx); err != nil {
 		c.t.Fatal(err)
 	}
-	return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Records: store, Client: c.client}
+	snaps := records.NewSnapshots(c.records, p.Name)
+	if err := snaps.Start(ctx); err != nil {
+		c.t.Fatal(err)
+	}
+	return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Records: store, Snapshots: snaps, Client: c.client}
 }
 
 // volumes is every PavVolume, read from the API.

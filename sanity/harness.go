@@ -58,7 +58,7 @@ spec:
           - name: create
             image: busybox
             env:
-              - {name: CAPACITY, value: "{{ [requestedMinCapacity if requestedMinCapacity > 0 else 1073741824, source.capacity if source else 0] | max }}"}
+              - {name: CAPACITY, value: "{% if source and source.capacity > requestedMinCapacity %}{{ source.capacity }}{% elif requestedMinCapacity > 0 %}{{ requestedMinCapacity }}{% else %}1073741824{% endif %}"}
               - {name: SOURCE, value: "{{ source.kind ~ ':' ~ source.handle if source else '' }}"}
   volumeDeletion:
     podTemplate:
