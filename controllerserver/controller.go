@@ -103,14 +103,27 @@ type Server struct {
 // lost (deleted by someone else) or failed, and the oldest such entries go.
 const maxPodEntries = 12
 
-// ControllerGetCapabilities advertises CREATE_DELETE_VOLUME only: pav volumes are
-// not attached (attachRequired: false) and have no snapshots or expansion yet.
+// ControllerGetCapabilities advertises CREATE_DELETE_VOLUME, and what the
+// current spec adds (phase.FeaturesOf): EXPAND_VOLUME with
+// spec.volumeExpansion. pav volumes are not attached (attachRequired: false).
 func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
-		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{
-			Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
-		}},
-	}}}, nil
+	rpcs := []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
+	p, err := s.Source.Get(false)
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	f, err := phase.FeaturesOf(&p.Spec)
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	if f.Expansion {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME)
+	}
+	caps := make([]*csi.ControllerServiceCapability, 0, len(rpcs))
+	for _, c := range rpcs {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
 // CreateVolume checks the request, records the volume, runs the validation and
@@ -847,6 +860,9 @@ func (s *Server) deleteVolume(ctx context.Context, handle string) error {
 	j := &job{s: s, p: p, v: v, key: DeletionKey(handle)}
 	switch v.Status.Phase {
 	case v1alpha1.VolumeCreated:
+		if err := j.settleExpansion(ctx); err != nil {
+			return err
+		}
 		cfg, err := j.deletion(ctx)
 		if err != nil {
 			return err
