@@ -9,6 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/pods-as-volumes/pav/internal/grpcerr"
+	"github.com/pods-as-volumes/pav/internal/phase"
 )
 
 // Server implements csi.IdentityServer.
@@ -22,6 +25,9 @@ type Server struct {
 	// Ready reports why the driver cannot serve yet (provisioner not loaded, API
 	// unreachable), or nil.
 	Ready func(ctx context.Context) error
+	// Features reports what the current spec can do beyond PaV
+	// (phase.FeaturesOf of the provisioner's spec); nil: nothing.
+	Features func() (phase.Features, error)
 }
 
 func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -31,12 +37,32 @@ func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 	return &csi.GetPluginInfoResponse{Name: s.Name, VendorVersion: s.Version}, nil
 }
 
+// GetPluginCapabilities advertises the Controller service (when this process
+// serves it) and VolumeExpansion (ONLINE or OFFLINE, from
+// spec.volumeExpansion.online) when the spec has volumeExpansion.
 func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
 	if s.Controller {
 		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 			Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE},
 		}})
+	}
+	if s.Features != nil {
+		f, err := s.Features()
+		if err != nil {
+			return nil, grpcerr.Status(err)
+		}
+		if f.Expansion {
+			// external-resizer grows a volume in use only when ONLINE;
+			// kubelet's node side follows the node capability.
+			t := csi.PluginCapability_VolumeExpansion_OFFLINE
+			if f.OnlineExpansion {
+				t = csi.PluginCapability_VolumeExpansion_ONLINE
+			}
+			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+				VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: t},
+			}})
+		}
 	}
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }

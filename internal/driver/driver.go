@@ -140,7 +140,8 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 	}
 	eval := phase.NewEvaluator(pvcs)
 	svc := &Services{Identity: &identity.Server{Name: name, Version: o.Version, Controller: o.Mode != ModeNode,
-		Ready: func(ctx context.Context) error { return ready(ctx, src, d.Client) }}}
+		Ready:    func(ctx context.Context) error { return ready(ctx, src, d.Client) },
+		Features: func() (phase.Features, error) { return features(src) }}}
 	if o.Mode != ModeController {
 		stateDir := o.StateDir
 		if stateDir == "" {
@@ -177,6 +178,15 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Client: d.Client}
 	}
 	return svc, src, nil
+}
+
+// features are what the provisioner's current spec can do beyond PaV.
+func features(src provisioner.Source) (phase.Features, error) {
+	p, err := src.Get(false)
+	if err != nil {
+		return phase.Features{}, err
+	}
+	return phase.FeaturesOf(&p.Spec)
 }
 
 func ready(ctx context.Context, src provisioner.Source, client kubernetes.Interface) error {
