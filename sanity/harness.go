@@ -35,9 +35,10 @@ import (
 // NodeName is the fake node the node plugin serves.
 const NodeName = "sanity-node"
 
-// Provisioner is the PavProvisioner under test. The creation pod reports the
-// capacity it was asked for (1 GiB when the request names none); the staging pod
-// tells the fake kubelet the mode and capacity it must provide.
+// Provisioner is the PavProvisioner under test. The creation and expansion pods
+// report the capacity they were asked for (1 GiB when the request names none);
+// the staging and node expansion pods tell the fake kubelet the mode and
+// capacity they must provide.
 const Provisioner = `apiVersion: pav.albertofaria.github.io/v1alpha1
 kind: PavProvisioner
 metadata:
@@ -73,6 +74,24 @@ spec:
     podTemplate:
       spec:
         containers: [{name: unstage, image: busybox, securityContext: {privileged: true}}]
+  volumeExpansion:
+    podTemplate:
+      spec:
+        containers:
+          - name: expand
+            image: busybox
+            env:
+              - {name: CAPACITY, value: "{{ requestedCapacity }}"}
+  volumeNodeExpansion:
+    podTemplate:
+      spec:
+        containers:
+          - name: expand
+            image: busybox
+            securityContext: {privileged: true}
+            env:
+              - {name: VOLUME_MODE, value: "{{ volumeMode }}"}
+              - {name: CAPACITY, value: "{{ capacity }}"}
 `
 
 // Run starts pav on a unix socket and runs csi-sanity with the given access type
@@ -154,7 +173,7 @@ func behaviour(pod *corev1.Pod) fakekubelet.Outcome {
 	switch v1alpha1.Phase(pod.Labels[podrunner.LabelPhase]) {
 	case v1alpha1.PhaseStaging:
 		return fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}
-	case v1alpha1.PhaseCreation:
+	case v1alpha1.PhaseCreation, v1alpha1.PhaseExpansion:
 		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"capacity": env(pod, "CAPACITY") + "\n"}}
 	}
 	return fakekubelet.Outcome{Kind: fakekubelet.Succeed}
@@ -168,6 +187,14 @@ func onStart(pod *corev1.Pod, pavDir string) error {
 			return makeLoopDevice(pavDir, env(pod, "CAPACITY"))
 		}
 		return os.MkdirAll(filepath.Join(pavDir, "volume"), 0o755)
+	case v1alpha1.PhaseNodeExpansion:
+		if env(pod, "VOLUME_MODE") == string(corev1.PersistentVolumeBlock) {
+			size, err := strconv.ParseInt(env(pod, "CAPACITY"), 10, 64)
+			if err != nil {
+				return fmt.Errorf("CAPACITY %q: %w", env(pod, "CAPACITY"), err)
+			}
+			return fakekubelet.GrowLoop(pavDir, size)
+		}
 	case v1alpha1.PhaseUnstaging:
 		if b, err := os.ReadFile(filepath.Join(pavDir, "loop")); err == nil {
 			if out, err := exec.Command("losetup", "-d", strings.TrimSpace(string(b))).CombinedOutput(); err != nil {
