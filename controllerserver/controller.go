@@ -20,7 +20,9 @@
 //
 // The lifecycle (status.phase): Validating → Creating → Created → Deleting, and
 // Creating → Reverting when creation fails for good (the deletion pod undoes
-// it, then the record goes and the caller gets the creation's failure).
+// it, then the record goes and the caller gets the creation's failure). A
+// Created volume may grow (ControllerExpandVolume, expand.go): the growth
+// under way is status.expansion, and the volume stays Created throughout.
 package controllerserver
 
 import (

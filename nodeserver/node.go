@@ -2,7 +2,8 @@
 // provisioner's staging pod on this node with a per-volume host directory at
 // /pav and checks the /pav/volume it exposes; NodeUnstageVolume stops that pod
 // and runs the unstaging pod on the same directory. NodePublish/Unpublish
-// bind-mount /pav/volume into pods.
+// bind-mount /pav/volume into pods. NodeExpandVolume runs the node expansion
+// pod on that directory too (expand.go).
 //
 // Nothing is mounted at the staging path: when /pav/volume is itself a mount
 // (a tmpfs, a FUSE file system), a bind of it at the staging path would be a
