@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -397,5 +398,31 @@ func TestControllerCapabilities(t *testing.T) {
 		if strings.Join(got, " ") != tc.want {
 			t.Errorf("spec %q: capabilities %v, want %s", tc.spec, got, tc.want)
 		}
+	}
+}
+
+// TestExpansionWrites pins the API writes of one growth with a pod: the
+// record's updates (the expansion with its pod entry, the pod's UID, the
+// outcome with the new capacity, the finished entry dropped) and the pod's
+// create and delete. A repeat of a finished growth writes nothing.
+func TestExpansionWrites(t *testing.T) {
+	p := prov(t, expandBase+"  volumeExpansion: "+expandPod+"\n")
+	c := newCluster(t)
+	runner := &fakeRunner{}
+	s := c.server(p, runner)
+	if _, err := s.CreateVolume(context.Background(), createReq("v1", 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	before := recordstest.Writes(c.records)
+	if _, err := s.ControllerExpandVolume(context.Background(), expandReq("v1", 2<<30, 0)); err != nil {
+		t.Fatal(err)
+	}
+	grow := recordstest.Writes(c.records) - before
+	if _, err := s.ControllerExpandVolume(context.Background(), expandReq("v1", 2<<30, 0)); err != nil {
+		t.Fatal(err)
+	}
+	repeat := recordstest.Writes(c.records) - before - grow
+	if pods := runner.created + len(runner.deleted); grow != 4 || repeat != 0 || pods != 2 {
+		t.Errorf("writes: %d record + %d pod for a growth, %d for its repeat; want 4 + 2, 0", grow, pods, repeat)
 	}
 }
