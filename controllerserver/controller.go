@@ -20,7 +20,9 @@
 //
 // The lifecycle (status.phase): Validating → Creating → Created → Deleting, and
 // Creating → Reverting when creation fails for good (the deletion pod undoes
-// it, then the record goes and the caller gets the creation's failure).
+// it, then the record goes and the caller gets the creation's failure). A
+// Created volume may grow (ControllerExpandVolume, expand.go): the growth
+// under way is status.expansion, and the volume stays Created throughout.
 package controllerserver
 
 import (
@@ -106,19 +108,35 @@ type Server struct {
 const maxPodEntries = 12
 
 // ControllerGetCapabilities advertises CREATE_DELETE_VOLUME, and what the
-// provisioner's spec declares (snapshots, clones): pav volumes are not
-// attached (attachRequired: false).
+// current spec declares (phase.FeaturesOf): EXPAND_VOLUME with
+// spec.volumeExpansion, CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS with
+// spec.snapshotCreation, CLONE_VOLUME with Volume in
+// spec.volumeCreation.contentSources. pav volumes are not attached
+// (attachRequired: false).
 func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	caps := []*csi.ControllerServiceCapability{{
-		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{
-			Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
-		}},
-	}}
-	more, err := s.snapshotCapabilities()
+	rpcs := []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
+	p, err := s.Source.Get(false)
 	if err != nil {
 		return nil, grpcerr.Status(err)
 	}
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: append(caps, more...)}, nil
+	f, err := phase.FeaturesOf(&p.Spec)
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	if f.Expansion {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME)
+	}
+	if f.Snapshots && s.Snapshots != nil {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS)
+	}
+	if f.Clones() {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_CLONE_VOLUME)
+	}
+	caps := make([]*csi.ControllerServiceCapability, 0, len(rpcs))
+	for _, c := range rpcs {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
 // CreateVolume checks the request, records the volume, runs the validation and
@@ -880,6 +898,9 @@ func (s *Server) deleteVolume(ctx context.Context, handle string) error {
 	j := &job{s: s, p: p, v: v, key: DeletionKey(handle)}
 	switch v.Status.Phase {
 	case v1alpha1.VolumeCreated:
+		if err := j.settleExpansion(ctx); err != nil {
+			return err
+		}
 		cfg, err := j.deletion(ctx)
 		if err != nil {
 			return err

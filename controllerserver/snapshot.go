@@ -582,28 +582,3 @@ func (s *Server) deleteSnapshot(ctx context.Context, handle string) error {
 	return nil
 }
 
-// snapshotCapabilities are the capabilities the spec's snapshot and clone
-// features make: CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS with
-// snapshotCreation, CLONE_VOLUME with contentSources: [Volume].
-func (s *Server) snapshotCapabilities() ([]*csi.ControllerServiceCapability, error) {
-	p, err := s.Source.Get(false)
-	if err != nil {
-		return nil, err
-	}
-	f, err := phase.FeaturesOf(&p.Spec)
-	if err != nil {
-		return nil, err
-	}
-	var types []csi.ControllerServiceCapability_RPC_Type
-	if f.Snapshots && s.Snapshots != nil {
-		types = append(types, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS)
-	}
-	if f.Clones() {
-		types = append(types, csi.ControllerServiceCapability_RPC_CLONE_VOLUME)
-	}
-	out := make([]*csi.ControllerServiceCapability, len(types))
-	for i, t := range types {
-		out[i] = &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}}
-	}
-	return out, nil
-}

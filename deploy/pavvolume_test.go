@@ -138,7 +138,9 @@ func fullVolume() *v1alpha1.PavVolume {
 				{Phase: v1alpha1.PhaseValidation, Namespace: "pav", Name: "pav-hello-validation-0123456789abcdef", Token: "00112233445566778899aabbccddeeff", UID: "u-1", Outcome: v1alpha1.PodSucceeded},
 				{Phase: v1alpha1.PhaseCreation, Namespace: "team-a", Name: "pav-hello-creation-0123456789abcdef", Token: "ffeeddccbbaa99887766554433221100", UID: "u-2", Outcome: v1alpha1.PodLost},
 				{Phase: v1alpha1.PhaseCreation, Namespace: "team-a", Name: "pav-hello-creation-0123456789abcdef", Token: "0f1e2d3c4b5a69788796a5b4c3d2e1f0"},
+				{Phase: v1alpha1.PhaseExpansion, Namespace: "pav", Name: "pav-hello-expansion-0123456789abcdef", Token: "aabbccddeeff00112233445566778899"},
 			},
+			Expansion: &v1alpha1.VolumeExpansion{RequiredBytes: 3 << 29, LimitBytes: &max},
 		},
 	}
 }
@@ -174,6 +176,7 @@ func TestVolumeRecords(t *testing.T) {
 		{"a node phase in the controller's record", func(v *v1alpha1.PavVolume) { v.Status.Pods[0].Phase = v1alpha1.PhaseStaging }, nil, "status.pods[0].phase"},
 		{"no provisioner", func(v *v1alpha1.PavVolume) { v.Spec.Provisioner = "" }, nil, "spec.provisioner"},
 		{"negative capacity", func(v *v1alpha1.PavVolume) { v.Status.Capacity = -1 }, nil, "status.capacity"},
+		{"an expansion without its size", func(v *v1alpha1.PavVolume) { v.Status.Expansion.RequiredBytes = 0 }, nil, "status.expansion.requiredBytes"},
 		{"unknown access mode", func(v *v1alpha1.PavVolume) {
 			v.Spec.RequestedAccessModes = []corev1.PersistentVolumeAccessMode{"ReadWriteSometimes"}
 		}, nil, "spec.requestedAccessModes[0]"},

@@ -36,6 +36,9 @@ func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 	return &csi.GetPluginInfoResponse{Name: s.Name, VendorVersion: s.Version}, nil
 }
 
+// GetPluginCapabilities advertises the Controller service (when this process
+// serves it) and VolumeExpansion (ONLINE or OFFLINE, from
+// spec.volumeExpansion.online) when the spec has volumeExpansion.
 func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
 	if s.Controller {
@@ -56,6 +59,17 @@ func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 			// and puts the volume's accessible topology on the PV.
 			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 				Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
+			}})
+		}
+		if f.Expansion {
+			// external-resizer grows a volume in use only when ONLINE;
+			// kubelet's node side follows the node capability.
+			t := csi.PluginCapability_VolumeExpansion_OFFLINE
+			if f.OnlineExpansion {
+				t = csi.PluginCapability_VolumeExpansion_ONLINE
+			}
+			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+				VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: t},
 			}})
 		}
 	}

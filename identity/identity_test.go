@@ -78,3 +78,39 @@ func TestTopologyCapability(t *testing.T) {
 		})
 	}
 }
+
+func TestVolumeExpansionCapability(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		features phase.Features
+		err      error
+		want     string
+		wantCode codes.Code
+	}{
+		{name: "no expansion", want: ""},
+		{name: "online", features: phase.Features{Expansion: true, OnlineExpansion: true}, want: "ONLINE"},
+		{name: "offline", features: phase.Features{Expansion: true}, want: "OFFLINE"},
+		{name: "node expansion alone advertises nothing here", features: phase.Features{NodeExpansion: true}, want: ""},
+		{name: "provisioner not loaded", err: status.Error(codes.Unavailable, "not loaded"), wantCode: codes.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{Name: "x", Features: func() (phase.Features, error) { return tc.features, tc.err }}
+			caps, err := s.GetPluginCapabilities(context.Background(), &csi.GetPluginCapabilitiesRequest{})
+			if status.Code(err) != tc.wantCode {
+				t.Fatalf("error %v, want %v", err, tc.wantCode)
+			}
+			if err != nil {
+				return
+			}
+			got := ""
+			for _, c := range caps.Capabilities {
+				if e := c.GetVolumeExpansion(); e != nil {
+					got += e.GetType().String()
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("volume expansion %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -70,7 +70,12 @@ func (s *Server) verify(dir string, st *staged) (string, error) {
 		if err != nil {
 			return fmt.Sprintf("/pav/volume cannot be checked: %v", err), nil
 		}
-		if why := st.Volume.Compare(cur); why != "" {
+		rec := *st.Volume
+		if rec.IsBlock() && st.growingTo(cur.Size) {
+			// Grown by the node expansion under way, not yet recorded.
+			rec.Size = cur.Size
+		}
+		if why := rec.Compare(cur); why != "" {
 			return "/pav/volume is not what staging made: " + why, nil
 		}
 	}

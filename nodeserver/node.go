@@ -2,7 +2,8 @@
 // provisioner's staging pod on this node with a per-volume host directory at
 // /pav and checks the /pav/volume it exposes; NodeUnstageVolume stops that pod
 // and runs the unstaging pod on the same directory. NodePublish/Unpublish
-// bind-mount /pav/volume into pods.
+// bind-mount /pav/volume into pods. NodeExpandVolume runs the node expansion
+// pod on that directory too (expand.go).
 //
 // Nothing is mounted at the staging path: when /pav/volume is itself a mount
 // (a tmpfs, a FUSE file system), a bind of it at the staging path would be a
@@ -167,15 +168,16 @@ func VolumeDir(stateDir, handle string) string {
 }
 
 // PodOperation is the operation whose pod the node plugin nodeID runs for phase
-// ph of the volume handle: staging and unstaging pods get the volume's
-// directory under stateDir at /pav (and a staging pod may keep running); a
+// ph of the volume handle: staging, unstaging and node expansion pods get the
+// volume's directory under stateDir at /pav (and a staging pod may keep
+// running); a
 // static validation pod runs on the node with an emptyDir. The volume key
 // (handle@node: the same handle staged on two nodes has two staging pods)
 // decides the pod's name. `pav render` builds its pods here too, so it shows
 // the names and paths the driver uses.
 func PodOperation(nodeID, stateDir, provisioner string, ph v1alpha1.Phase, handle string, t corev1.PodTemplateSpec) podrunner.Operation {
 	op := podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: handle + "@" + nodeID, Template: t, NodeName: nodeID}
-	if ph == v1alpha1.PhaseStaging || ph == v1alpha1.PhaseUnstaging {
+	if ph == v1alpha1.PhaseStaging || ph == v1alpha1.PhaseUnstaging || ph == v1alpha1.PhaseNodeExpansion {
 		op.HostPath = filepath.Join(VolumeDir(stateDir, handle), "pav")
 		op.KeepRunning = ph == v1alpha1.PhaseStaging
 	}
@@ -201,14 +203,26 @@ func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*c
 	return resp, nil
 }
 
+// NodeGetCapabilities advertises staging, stats and health, and EXPAND_VOLUME
+// when the current spec has volumeNodeExpansion.
 func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	var caps []*csi.NodeServiceCapability
-	for _, c := range []csi.NodeServiceCapability_RPC_Type{
+	rpcs := []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		capVolumeCondition,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
-	} {
+	}
+	if s.Source != nil {
+		f, err := s.features()
+		if err != nil {
+			return nil, grpcerr.Status(err)
+		}
+		if f.NodeExpansion {
+			rpcs = append(rpcs, csi.NodeServiceCapability_RPC_EXPAND_VOLUME)
+		}
+	}
+	var caps []*csi.NodeServiceCapability
+	for _, c := range rpcs {
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
 	}
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
@@ -580,7 +594,7 @@ func checkVolume(dir string, st *staged) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if st.Capacity > 0 && size != st.Capacity {
+		if st.Capacity > 0 && size != st.Capacity && !st.growingTo(size) {
 			return "", fmt.Errorf("/pav/volume is a block device of %d bytes, but the volume's capacity is %d bytes", size, st.Capacity)
 		}
 		return src, nil
@@ -625,6 +639,10 @@ func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *st
 		return err
 	}
 	if err := s.removePod(ctx, dir, st, &st.StagingPod, s.podOperation(p.Name, v1alpha1.PhaseStaging, st.Handle, corev1.PodTemplateSpec{})); err != nil {
+		return err
+	}
+	// A node expansion cut short: its pod must not act on what goes next.
+	if err := s.removePod(ctx, dir, st, &st.NodeExpansionPod, s.podOperation(p.Name, v1alpha1.PhaseNodeExpansion, st.Handle, corev1.PodTemplateSpec{})); err != nil {
 		return err
 	}
 	if began && runUnstaging && !st.Unstaged {

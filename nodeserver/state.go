@@ -48,6 +48,13 @@ type staged struct {
 	ValidationPod *podID `json:"validationPod,omitempty"`
 	StagingPod    *podID `json:"stagingPod,omitempty"`
 	UnstagingPod  *podID `json:"unstagingPod,omitempty"`
+	// NodeExpansionPod is the pod of the node expansion under way
+	// (NodeExpansion), until it is removed after its outcome was recorded.
+	NodeExpansionPod *podID `json:"nodeExpansionPod,omitempty"`
+	// NodeExpansion is the growth under way (NodeExpandVolume), recorded
+	// with its pod's identity before the pod is asked for, so that a retry
+	// finishes it with the capacity that pod was given; nil when none is.
+	NodeExpansion *nodeExpansion `json:"nodeExpansion,omitempty"`
 	// Began: a staging pod was asked for, so the unstaging pod has something to
 	// undo, even if that pod is gone since.
 	Began bool `json:"began,omitempty"`
@@ -69,6 +76,13 @@ type staged struct {
 	// LostReported is the UID of the KeepRunning staging pod whose end pav
 	// already reported (one event per death, across restarts).
 	LostReported types.UID `json:"lostReported,omitempty"`
+}
+
+// nodeExpansion is a growth of the staged volume on this node: from Previous
+// to Capacity bytes.
+type nodeExpansion struct {
+	Capacity int64 `json:"capacity"`
+	Previous int64 `json:"previousCapacity"`
 }
 
 // podID is the identity of one pod pav runs: where it is, the token it
@@ -120,7 +134,7 @@ func (st *staged) setObjects(objs phase.Objects) {
 
 // anyPod says whether a pod of the volume may exist.
 func (st *staged) anyPod() bool {
-	return st.ValidationPod != nil || st.StagingPod != nil || st.UnstagingPod != nil
+	return st.ValidationPod != nil || st.StagingPod != nil || st.UnstagingPod != nil || st.NodeExpansionPod != nil
 }
 
 // writeState replaces state.json atomically (write, then rename), so a crash

@@ -39,8 +39,9 @@ const NodeName = "sanity-node"
 // Provisioner is the PavProvisioner under test. The creation pod reports the
 // capacity it was asked for (1 GiB when the request names none), or its source's
 // when it restores a snapshot or clones a volume; the snapshot creation pod
-// reports a handle of its own and the source volume's capacity; the staging pod
-// tells the fake kubelet the mode and capacity it must provide.
+// reports a handle of its own and the source volume's capacity; the expansion
+// pod reports the capacity it was asked for; the staging and node expansion pods
+// tell the fake kubelet the mode and capacity they must provide.
 const Provisioner = `apiVersion: pav.albertofaria.github.io/v1alpha1
 kind: PavProvisioner
 metadata:
@@ -92,6 +93,24 @@ spec:
     podTemplate:
       spec:
         containers: [{name: unstage, image: busybox, securityContext: {privileged: true}}]
+  volumeExpansion:
+    podTemplate:
+      spec:
+        containers:
+          - name: expand
+            image: busybox
+            env:
+              - {name: CAPACITY, value: "{{ requestedCapacity }}"}
+  volumeNodeExpansion:
+    podTemplate:
+      spec:
+        containers:
+          - name: expand
+            image: busybox
+            securityContext: {privileged: true}
+            env:
+              - {name: VOLUME_MODE, value: "{{ volumeMode }}"}
+              - {name: CAPACITY, value: "{{ capacity }}"}
 `
 
 // Run starts pav on a unix socket and runs csi-sanity with the given access type
@@ -176,7 +195,7 @@ func behaviour(pod *corev1.Pod) fakekubelet.Outcome {
 	switch v1alpha1.Phase(pod.Labels[podrunner.LabelPhase]) {
 	case v1alpha1.PhaseStaging:
 		return fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}
-	case v1alpha1.PhaseCreation:
+	case v1alpha1.PhaseCreation, v1alpha1.PhaseExpansion:
 		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"capacity": env(pod, "CAPACITY") + "\n"}}
 	case v1alpha1.PhaseSnapshotCreation:
 		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": env(pod, "HANDLE"), "capacity": env(pod, "SIZE")}}
@@ -192,6 +211,14 @@ func onStart(pod *corev1.Pod, pavDir string) error {
 			return makeLoopDevice(pavDir, env(pod, "CAPACITY"))
 		}
 		return os.MkdirAll(filepath.Join(pavDir, "volume"), 0o755)
+	case v1alpha1.PhaseNodeExpansion:
+		if env(pod, "VOLUME_MODE") == string(corev1.PersistentVolumeBlock) {
+			size, err := strconv.ParseInt(env(pod, "CAPACITY"), 10, 64)
+			if err != nil {
+				return fmt.Errorf("CAPACITY %q: %w", env(pod, "CAPACITY"), err)
+			}
+			return fakekubelet.GrowLoop(pavDir, size)
+		}
 	case v1alpha1.PhaseUnstaging:
 		if b, err := os.ReadFile(filepath.Join(pavDir, "loop")); err == nil {
 			if out, err := exec.Command("losetup", "-d", strings.TrimSpace(string(b))).CombinedOutput(); err != nil {

@@ -171,6 +171,19 @@ type PavVolumeStatus struct {
 	// Pods are the pods pav ran or runs for the volume, one entry per pod,
 	// recorded before each pod is asked for.
 	Pods []VolumePod `json:"pods,omitempty"`
+	// Expansion is the growth under way (ControllerExpandVolume), recorded
+	// with its pod's entry before the pod is asked for, so that a retry
+	// (after any restart) finishes it with the request the pod was given;
+	// nil when none is.
+	Expansion *VolumeExpansion `json:"expansion,omitempty"`
+}
+
+// VolumeExpansion is the request of a growth under way (CSI's capacity
+// range): the volume must grow to at least RequiredBytes, and to at most
+// LimitBytes when set.
+type VolumeExpansion struct {
+	RequiredBytes int64  `json:"requiredBytes"`
+	LimitBytes    *int64 `json:"limitBytes,omitempty"`
 }
 
 // VolumePod is the identity of one pod pav ran for a volume: only a pod with

@@ -33,3 +33,19 @@ func AttachLoop(pavDir string, size int64) (string, error) {
 	}
 	return dev, unix.Mknod(filepath.Join(pavDir, "volume"), unix.S_IFBLK|0o600, int(st.Rdev))
 }
+
+// GrowLoop does what a privileged node expansion pod of a Block volume does
+// with the loop device AttachLoop made in pavDir: it grows the backing file to
+// size bytes and has the kernel read the new size (losetup -c, on
+// pavDir/volume, the device's special file), so that the device keeps its
+// number and disk sequence number, as the files that publish it need. Needs
+// root and losetup.
+func GrowLoop(pavDir string, size int64) error {
+	if err := os.Truncate(filepath.Join(pavDir, "backing.img"), size); err != nil {
+		return err
+	}
+	if out, err := exec.Command("losetup", "--set-capacity", filepath.Join(pavDir, "volume")).CombinedOutput(); err != nil {
+		return fmt.Errorf("losetup --set-capacity: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -109,6 +109,22 @@ func DeletionVars(r Request, objs Objects, defaultHandle, handle string, capacit
 	return v, nil
 }
 
+// ExpansionVars is the context of spec.volumeExpansion: the volume's deletion
+// context (capacity = its current capacity) plus requestedCapacity (the bytes
+// it must grow to) and requestedCapacityLimit (bytes, or null without a limit).
+func ExpansionVars(r Request, objs Objects, defaultHandle, handle string, capacity, required int64, limit *int64) (templating.Vars, error) {
+	v, err := DeletionVars(r, objs, defaultHandle, handle, capacity)
+	if err != nil {
+		return nil, err
+	}
+	v["requestedCapacity"] = required
+	v["requestedCapacityLimit"] = nil
+	if limit != nil {
+		v["requestedCapacityLimit"] = *limit
+	}
+	return v, nil
+}
+
 // Staged describes a volume being staged or unstaged on a node.
 type Staged struct {
 	VolumeMode  corev1.PersistentVolumeMode
@@ -130,6 +146,18 @@ func StagingVars(s Staged, objs Objects) (templating.Vars, error) {
 		"readOnly":    s.ReadOnly,
 	}
 	return v, addObjects(v, objs)
+}
+
+// NodeExpansionVars is the context of spec.volumeNodeExpansion: the staging
+// context of the staged volume, whose capacity is the new one, plus
+// previousCapacity (what it was staged, or last grown, with).
+func NodeExpansionVars(s Staged, objs Objects, previous int64) (templating.Vars, error) {
+	v, err := StagingVars(s, objs)
+	if err != nil {
+		return nil, err
+	}
+	v["previousCapacity"] = previous
+	return v, nil
 }
 
 func addObjects(v templating.Vars, objs Objects) error {
