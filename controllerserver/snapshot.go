@@ -581,4 +581,3 @@ func (s *Server) deleteSnapshot(ctx context.Context, handle string) error {
 	klog.FromContext(ctx).Info("Snapshot deleted", "snapshot", j.v.Spec.SnapshotName, "handle", handle)
 	return nil
 }
-
