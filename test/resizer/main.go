@@ -194,5 +194,5 @@ func probe(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration) (s
 			return name, nil
 		}
 	}
-	return "", fmt.Errorf("CSI driver %s does not support controller resize (no EXPAND_VOLUME controller capability): deploy csi-resizer only with spec.volumeExpansion", name)
+	return "", fmt.Errorf("CSI driver %s does not support controller resize (no EXPAND_VOLUME controller capability): its PavProvisioner has no spec.volumeExpansion, or the pav image predates expansion", name)
 }
