@@ -99,7 +99,11 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 	// The manifests carry every sidecar; a provisioner gets only those its driver
 	// serves: the stock resizer and snapshotter exit when the driver lacks the
 	// capability, and would crash-loop the controller pod.
-	wanted := sidecars(p)
+	f := features(p)
+	wanted := sidecars(f)
+	for _, t := range []*corev1ac.PodTemplateSpecApplyConfiguration{o.Controller.Spec.Template, o.Node.Spec.Template} {
+		t.WithAnnotations(map[string]string{AnnotationFeatures: featureSummary(f)})
+	}
 	ctrl.Containers = slices.DeleteFunc(ctrl.Containers, func(c corev1ac.ContainerApplyConfiguration) bool {
 		return c.Name != nil && !wanted[*c.Name]
 	})

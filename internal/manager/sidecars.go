@@ -1,6 +1,9 @@
 package manager
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/phase"
 )
@@ -16,24 +19,67 @@ import (
 // it passes phase.Check, else the last valid one the manager saved (drivers fall
 // back to it, see internal/provisioner), else none: an invalid provisioner's
 // driver serves nothing, and a sidecar would only crash-loop.
-func sidecars(p *v1alpha1.PavProvisioner) map[string]bool {
-	want := map[string]bool{containerPav: true, containerProvision: true}
+func sidecars(f phase.Features) map[string]bool {
+	return map[string]bool{containerPav: true, containerProvision: true,
+		containerResizer: f.Expansion, containerSnapshot: f.Snapshots}
+}
+
+// features are those of the spec the drivers run with (see sidecars); none for
+// a provisioner without a valid spec.
+func features(p *v1alpha1.PavProvisioner) phase.Features {
 	spec := &p.Spec
 	if phase.Check(p) != nil {
 		if p.Status.LastValidSpec == nil {
-			return want
+			return phase.Features{}
 		}
 		saved := &v1alpha1.PavProvisioner{ObjectMeta: p.ObjectMeta, Spec: *p.Status.LastValidSpec}
 		if phase.Check(saved) != nil {
-			return want
+			return phase.Features{}
 		}
 		spec = p.Status.LastValidSpec
 	}
 	f, err := phase.FeaturesOf(spec)
 	if err != nil {
-		return want
+		return phase.Features{}
 	}
-	want[containerResizer] = f.Expansion
-	want[containerSnapshot] = f.Snapshots
-	return want
+	return f
+}
+
+// AnnotationFeatures, on the drivers' pod templates, names the features the
+// drivers advertise (featureSummary). The stock sidecars read the driver's
+// capabilities once at start, and kubelet reads NodeGetInfo's topology only when
+// the node plugin registers: a spec edit that changes a capability must restart
+// both workloads, and a changed pod template annotation rolls them.
+const AnnotationFeatures = v1alpha1.GroupName + "/features"
+
+// featureSummary is a stable, readable form of f, e.g.
+// "expansion=online,nodeexpansion,snapshots,sources=Snapshot+Volume,topology=kubernetes.io/hostname";
+// "none" without any.
+func featureSummary(f phase.Features) string {
+	var parts []string
+	if f.Expansion {
+		mode := "offline"
+		if f.OnlineExpansion {
+			mode = "online"
+		}
+		parts = append(parts, "expansion="+mode)
+	}
+	if f.NodeExpansion {
+		parts = append(parts, "nodeexpansion")
+	}
+	if f.Snapshots {
+		parts = append(parts, "snapshots")
+	}
+	if len(f.ContentSources) > 0 {
+		srcs := slices.Clone(f.ContentSources)
+		slices.Sort(srcs)
+		parts = append(parts, "sources="+strings.Join(srcs, "+"))
+	}
+	if len(f.TopologyKeys) > 0 {
+		parts = append(parts, "topology="+strings.Join(f.TopologyKeys, "+"))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ",")
 }

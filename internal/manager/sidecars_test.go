@@ -119,7 +119,9 @@ func TestSidecarSettings(t *testing.T) {
 }
 
 // Adding a phase to the spec adds its sidecar to the StatefulSet, removing it
-// removes the sidecar; an edit that changes no phase leaves the StatefulSet alone.
+// removes the sidecar; either changes the features annotation, which rolls the
+// node plugins too (kubelet and the sidecars read capabilities only at start);
+// an edit that changes no feature leaves both workloads alone.
 func TestPhaseEditUpdatesStatefulSet(t *testing.T) {
 	f := newFixture(t, Settings{})
 	f.create(provisioner("p1", "uid-1", 1))
@@ -140,15 +142,16 @@ func TestPhaseEditUpdatesStatefulSet(t *testing.T) {
 		phases     []string
 		want       []string
 		wantWrites []string
+		features   string
 	}{
 		{"add both", 2, []string{phaseExpansion, phaseSnapshots}, []string{containerPav, containerProvision, containerResizer, containerSnapshot},
-			[]string{"apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}},
+			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "expansion=online,snapshots"},
 		{"other edit", 3, []string{phaseExpansion, phaseSnapshots, "snapshotDeletion: {}\n"}, []string{containerPav, containerProvision, containerResizer, containerSnapshot},
-			[]string{"apply pavprovisioners/status p1"}},
+			[]string{"apply pavprovisioners/status p1"}, "expansion=online,snapshots"},
 		{"drop snapshots", 4, []string{phaseExpansion}, []string{containerPav, containerProvision, containerResizer},
-			[]string{"apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}},
+			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "expansion=online"},
 		{"drop expansion", 5, nil, []string{containerPav, containerProvision},
-			[]string{"apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}},
+			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "none"},
 	} {
 		f.edit("p1", func(u *unstructured.Unstructured) {
 			u.Object["spec"] = provisionerWithPhases("p1", "uid-1", step.gen, step.phases...).Object["spec"]
@@ -157,6 +160,9 @@ func TestPhaseEditUpdatesStatefulSet(t *testing.T) {
 		mustReconcile(t, f, "p1")
 		if got := names(); !slices.Equal(got, step.want) {
 			t.Errorf("%s: containers %v, want %v", step.name, got, step.want)
+		}
+		if c, n := f.statefulSet("p1").Spec.Template.Annotations[AnnotationFeatures], f.daemonSet("p1").Spec.Template.Annotations[AnnotationFeatures]; c != step.features || n != step.features {
+			t.Errorf("%s: features annotations %q (controller), %q (node), want %q", step.name, c, n, step.features)
 		}
 		wantWrites(t, f, step.wantWrites...)
 	}
