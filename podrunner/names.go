@@ -36,7 +36,9 @@ const (
 	podNamePrefix = "pav-"
 	// nameHashLen hex digits (64 bits) of the operation hash end every pod name.
 	nameHashLen = 16
-	// maxPhaseLen bounds the phase part of a name (the longest real phase is 10).
+	// maxPhaseLen bounds the phase part of a name: PaV's phases fit (validation,
+	// unstaging); pav's longer ones (nodeexpansion, snapshotcreation) are cut, and
+	// the hash, which covers the whole phase, keeps their names apart.
 	maxPhaseLen = 12
 	// maxTokenLen bounds Operation.Token (NewToken makes 32 hex digits).
 	maxTokenLen = 256
