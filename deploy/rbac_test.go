@@ -100,7 +100,11 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotclasses", "watch", true},
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotcontents", "create", false},
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotcontents", "delete", false},
-		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshots", "get", false},
+		// external-provisioner reads a claim's dataSource snapshot to restore it
+		// (found by e2e: restores were refused without it); it never writes one.
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshots", "get", true},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshots", "update", false},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshots", "delete", false},
 		{"pav-controller", "", "pods", "update", false},
 		// The node plugin: its pods, the staging context, nothing else.
 		{"pav-node", "", "pods", "create", true},
