@@ -63,21 +63,9 @@ func FeaturesOf(s *v1alpha1.PavProvisionerSpec) (Features, error) {
 	}
 	if present(s.VolumeCreation) {
 		if m, ok := templating.Normalize(s.VolumeCreation.Data).(map[string]any); ok && m["contentSources"] != nil {
-			const path = "spec.volumeCreation.contentSources"
-			if isTemplate(m["contentSources"]) {
-				return f, fieldErr(path, "must be a literal list, not a template: it is advertised (CLONE_VOLUME) before any volume exists")
-			}
-			srcs, err := enumList(m["contentSources"], path, false, SourceSnapshot, SourceVolume)
+			srcs, err := contentSources(m["contentSources"], "spec.volumeCreation.contentSources")
 			if err != nil {
 				return f, err
-			}
-			// enumList drops repeats; the API server (a set) refuses them.
-			if l := m["contentSources"].([]any); len(srcs) < len(l) {
-				for i := range l {
-					if slices.Contains(l[:i], l[i]) {
-						return f, fieldErr(fmt.Sprintf("%s[%d]", path, i), "%s is listed twice", describe(l[i]))
-					}
-				}
 			}
 			f.ContentSources = srcs
 		}
@@ -139,4 +127,25 @@ func TopologySegments(v any, path string) ([]map[string]string, error) {
 		out = append(out, seg)
 	}
 	return out, nil
+}
+
+// contentSources checks volumeCreation.contentSources: a literal list of
+// Snapshot and Volume, each once (the API server's schema makes it a set).
+func contentSources(v any, path string) ([]string, error) {
+	if isTemplate(v) {
+		return nil, fieldErr(path, "must be a literal list, not a template: it is advertised (CLONE_VOLUME) before any volume exists")
+	}
+	srcs, err := enumList(v, path, false, SourceSnapshot, SourceVolume)
+	if err != nil {
+		return nil, err
+	}
+	// enumList drops repeats; the API server (a set) refuses them.
+	if l := v.([]any); len(srcs) < len(l) {
+		for i := range l {
+			if slices.Contains(l[:i], l[i]) {
+				return nil, fieldErr(fmt.Sprintf("%s[%d]", path, i), "%s is listed twice", describe(l[i]))
+			}
+		}
+	}
+	return srcs, nil
 }

@@ -225,12 +225,9 @@ func decodeCreation(m map[string]any, literalOnly bool) (*CreationConfig, error)
 	c := &CreationConfig{}
 	skip := func(k string) bool { return m[k] == nil || literalOnly && isTemplate(m[k]) }
 	if !skip("handle") {
-		h, ok := m["handle"].(string)
-		if !ok {
-			return nil, fieldErr(path+".handle", "must be a string, got %s", typeName(m["handle"]))
-		}
-		if strings.TrimSpace(h) == "" {
-			return nil, fieldErr(path+".handle", "must not be empty (omit it to use the pod's /pav/handle or the default handle)")
+		h, err := handleField(m["handle"], path+".handle")
+		if err != nil {
+			return nil, err
 		}
 		c.Handle = h
 	}
@@ -249,10 +246,7 @@ func decodeCreation(m map[string]any, literalOnly bool) (*CreationConfig, error)
 		c.PodTemplate = t
 	}
 	if m["contentSources"] != nil {
-		if isTemplate(m["contentSources"]) {
-			return nil, fieldErr(path+".contentSources", "must be a literal list, not a template: it is advertised (CLONE_VOLUME) before any volume exists")
-		}
-		srcs, err := enumList(m["contentSources"], path+".contentSources", false, SourceSnapshot, SourceVolume)
+		srcs, err := contentSources(m["contentSources"], path+".contentSources")
 		if err != nil {
 			return nil, err
 		}
@@ -271,6 +265,18 @@ func decodeCreation(m map[string]any, literalOnly bool) (*CreationConfig, error)
 		return nil, fieldErr(path, "needs capacity or podTemplate: without a creation pod to report /pav/capacity, the capacity must be given")
 	}
 	return c, nil
+}
+
+// handleField checks a volume's or snapshot's handle field: a non-empty string.
+func handleField(v any, path string) (string, error) {
+	h, ok := v.(string)
+	if !ok {
+		return "", fieldErr(path, "must be a string, got %s", typeName(v))
+	}
+	if strings.TrimSpace(h) == "" {
+		return "", fieldErr(path, "must not be empty (omit it to use the pod's /pav/handle or the default handle)")
+	}
+	return h, nil
 }
 
 // Content sources a volume may be created from (volumeCreation.contentSources).
@@ -347,12 +353,9 @@ func decodeSnapshot(m map[string]any, literalOnly bool) (*SnapshotConfig, error)
 	c := &SnapshotConfig{}
 	skip := func(k string) bool { return m[k] == nil || literalOnly && isTemplate(m[k]) }
 	if !skip("handle") {
-		h, ok := m["handle"].(string)
-		if !ok {
-			return nil, fieldErr(path+".handle", "must be a string, got %s", typeName(m["handle"]))
-		}
-		if strings.TrimSpace(h) == "" {
-			return nil, fieldErr(path+".handle", "must not be empty (omit it to use the pod's /pav/handle or the default handle)")
+		h, err := handleField(m["handle"], path+".handle")
+		if err != nil {
+			return nil, err
 		}
 		c.Handle = h
 	}
