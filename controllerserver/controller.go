@@ -380,15 +380,21 @@ func (j *job) op(ph v1alpha1.Phase, t corev1.PodTemplateSpec) podrunner.Operatio
 // addPod records a new pod for a phase, with a fresh token (in memory: the
 // caller's next write stores it, before the pod is asked for).
 func (j *job) addPod(ph v1alpha1.Phase, op podrunner.Operation) {
-	st := &j.v.Status
-	for len(st.Pods) >= maxPodEntries {
+	j.v.Status.Pods = j.s.addPodEntry(j.v.Status.Pods, ph, op)
+}
+
+// addPodEntry appends an entry with a fresh token for op's pod to a record's
+// pod entries (PavVolume's or PavSnapshot's), dropping the oldest finished
+// ones beyond maxPodEntries.
+func (s *Server) addPodEntry(pods []v1alpha1.VolumePod, ph v1alpha1.Phase, op podrunner.Operation) []v1alpha1.VolumePod {
+	for len(pods) >= maxPodEntries {
 		i := 0
-		for i < len(st.Pods)-1 && st.Pods[i].Outcome == v1alpha1.PodRunning {
+		for i < len(pods)-1 && pods[i].Outcome == v1alpha1.PodRunning {
 			i++
 		}
-		st.Pods = append(st.Pods[:i], st.Pods[i+1:]...)
+		pods = append(pods[:i], pods[i+1:]...)
 	}
-	st.Pods = append(st.Pods, v1alpha1.VolumePod{Phase: ph, Namespace: j.s.Pods.Namespace(op), Name: op.PodName(), Token: podrunner.NewToken()})
+	return append(pods, v1alpha1.VolumePod{Phase: ph, Namespace: s.Pods.Namespace(op), Name: op.PodName(), Token: podrunner.NewToken()})
 }
 
 // save writes the record after mutate, in one Update.
@@ -404,8 +410,11 @@ func (j *job) save(ctx context.Context, mutate func(v *v1alpha1.PavVolume)) erro
 }
 
 // pending is the phase's pod entry that has no outcome yet, or nil.
-func (j *job) pending(ph v1alpha1.Phase) *v1alpha1.VolumePod {
-	if e := j.v.Status.Pod(ph); e != nil && e.Outcome == v1alpha1.PodRunning {
+func (j *job) pending(ph v1alpha1.Phase) *v1alpha1.VolumePod { return unfinished(j.v.Status.Pod(ph)) }
+
+// unfinished is a phase's last pod entry e if it has no outcome yet, or nil.
+func unfinished(e *v1alpha1.VolumePod) *v1alpha1.VolumePod {
+	if e != nil && e.Outcome == v1alpha1.PodRunning {
 		return e
 	}
 	return nil

@@ -215,15 +215,7 @@ func (j *snapJob) op(ph v1alpha1.Phase, t corev1.PodTemplateSpec) podrunner.Oper
 // addPod records a new pod entry with a fresh token (in memory: the caller's
 // next write stores it, before the pod is asked for).
 func (j *snapJob) addPod(ph v1alpha1.Phase, op podrunner.Operation) {
-	st := &j.v.Status
-	for len(st.Pods) >= maxPodEntries {
-		i := 0
-		for i < len(st.Pods)-1 && st.Pods[i].Outcome == v1alpha1.PodRunning {
-			i++
-		}
-		st.Pods = append(st.Pods[:i], st.Pods[i+1:]...)
-	}
-	st.Pods = append(st.Pods, v1alpha1.VolumePod{Phase: ph, Namespace: j.s.Pods.Namespace(op), Name: op.PodName(), Token: podrunner.NewToken()})
+	j.v.Status.Pods = j.s.addPodEntry(j.v.Status.Pods, ph, op)
 }
 
 func (j *snapJob) save(ctx context.Context, mutate func(v *v1alpha1.PavSnapshot)) error {
@@ -238,10 +230,7 @@ func (j *snapJob) save(ctx context.Context, mutate func(v *v1alpha1.PavSnapshot)
 }
 
 func (j *snapJob) pending(ph v1alpha1.Phase) *v1alpha1.VolumePod {
-	if e := j.v.Status.Pod(ph); e != nil && e.Outcome == v1alpha1.PodRunning {
-		return e
-	}
-	return nil
+	return unfinished(j.v.Status.Pod(ph))
 }
 
 // run runs (or adopts) the pod of the phase's pending entry, as job.run does
