@@ -109,7 +109,7 @@ const maxPodEntries = 12
 
 // ControllerGetCapabilities advertises CREATE_DELETE_VOLUME, and what the
 // current spec declares (phase.FeaturesOf): EXPAND_VOLUME with
-// spec.volumeExpansion, CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS with
+// spec.volumeExpansion, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and GET_SNAPSHOT with
 // spec.snapshotCreation, CLONE_VOLUME with Volume in
 // spec.volumeCreation.contentSources. pav volumes are not attached
 // (attachRequired: false).
@@ -127,7 +127,8 @@ func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME)
 	}
 	if f.Snapshots && s.Snapshots != nil {
-		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS)
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+			csi.ControllerServiceCapability_RPC_GET_SNAPSHOT)
 	}
 	if f.Clones() {
 		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_CLONE_VOLUME)

@@ -64,3 +64,33 @@ func (s *Server) listSnapshots(req *csi.ListSnapshotsRequest) (*csi.ListSnapshot
 	resp.Entries = entries[start:end]
 	return resp, nil
 }
+
+// GetSnapshot answers one created snapshot's current state by its handle,
+// from the records like ListSnapshots (csi-snapshotter and CSI 1.12's
+// GET_SNAPSHOT); a handle pav has no created snapshot of is NOT_FOUND.
+func (s *Server) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	snap, err := s.getSnapshot(ctx, req.GetSnapshotId())
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	return &csi.GetSnapshotResponse{Snapshot: snap}, nil
+}
+
+func (s *Server) getSnapshot(ctx context.Context, handle string) (*csi.Snapshot, error) {
+	if handle == "" {
+		return nil, status.Error(codes.InvalidArgument, "snapshot id is required")
+	}
+	if s.Snapshots == nil {
+		return nil, grpcerr.Errorf(codes.NotFound, "snapshot %s does not exist", handle)
+	}
+	vs, err := s.Snapshots.ByHandle(ctx, handle, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vs {
+		if v.Status.Phase == v1alpha1.SnapshotCreated {
+			return csiSnapshot(v), nil
+		}
+	}
+	return nil, grpcerr.Errorf(codes.NotFound, "snapshot %s does not exist", handle)
+}

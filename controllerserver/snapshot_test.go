@@ -153,10 +153,10 @@ func TestSnapshotCapabilities(t *testing.T) {
 		want     []csi.ControllerServiceCapability_RPC_Type
 	}{
 		{plainCreation, []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
-			csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS}},
+			csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, csi.ControllerServiceCapability_RPC_GET_SNAPSHOT}},
 		{`{contentSources: [Volume], podTemplate: {spec: {containers: [{name: c, image: busybox}]}}}`, []csi.ControllerServiceCapability_RPC_Type{
 			csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
-			csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, csi.ControllerServiceCapability_RPC_CLONE_VOLUME}},
+			csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, csi.ControllerServiceCapability_RPC_GET_SNAPSHOT, csi.ControllerServiceCapability_RPC_CLONE_VOLUME}},
 	} {
 		p := prov(t, snapSpec(tc.creation, snapshotPod))
 		resp, err := newCluster(t).server(p, &fakeRunner{}).ControllerGetCapabilities(context.Background(), &csi.ControllerGetCapabilitiesRequest{})
@@ -393,6 +393,39 @@ func TestListSnapshots(t *testing.T) {
 	}
 	if resp, err := s.ListSnapshots(context.Background(), &csi.ListSnapshotsRequest{}); err != nil || ids(resp) != "s1<v2 s2<v1 s3<v1 s4<v2" {
 		t.Fatalf("after delete: %v, %v", resp, err)
+	}
+}
+
+// TestGetSnapshot: one created snapshot by its handle, from the records.
+func TestGetSnapshot(t *testing.T) {
+	p := prov(t, snapSpec(plainCreation, snapshotPod))
+	c := newCluster(t)
+	s := c.server(p, &fakeRunner{answers: answers{v1alpha1.PhaseCreation: volumeAnswer}})
+	newVolume(t, s, "v1")
+	for _, name := range []string{"s0", "s1"} {
+		if _, err := s.CreateSnapshot(context.Background(), snapshotRequest(name, "v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.DeleteSnapshot(context.Background(), &csi.DeleteSnapshotRequest{SnapshotId: "s0"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id       string
+		wantCode codes.Code
+	}{
+		{id: "s1"},
+		{id: "", wantCode: codes.InvalidArgument},
+		{id: "s0", wantCode: codes.NotFound}, // deleted
+		{id: "s9", wantCode: codes.NotFound},
+	} {
+		resp, err := s.GetSnapshot(context.Background(), &csi.GetSnapshotRequest{SnapshotId: tc.id})
+		if status.Code(err) != tc.wantCode {
+			t.Fatalf("GetSnapshot(%q): %v, want %s", tc.id, err, tc.wantCode)
+		}
+		if err == nil && (resp.Snapshot.SnapshotId != tc.id || resp.Snapshot.SourceVolumeId != "v1" || !resp.Snapshot.ReadyToUse || resp.Snapshot.SizeBytes == 0) {
+			t.Fatalf("GetSnapshot(%q) = %v", tc.id, resp.Snapshot)
+		}
 	}
 }
 
