@@ -72,6 +72,38 @@ func segmentsVar(segs []map[string]string) []any {
 // and, for a provisioner with spec.topology (keys), the first preferred (else
 // requisite) segment of the request restricted to those keys. nil: everywhere.
 func AccessibleTopology(reported *string, configured []map[string]string, keys []string, req *v1alpha1.TopologyRequirement) ([]map[string]string, error) {
+	segs, err := accessibleTopology(reported, configured, keys, req)
+	if err != nil || req == nil || len(req.Requisite) == 0 || len(segs) == 0 {
+		return segs, err
+	}
+	// CSI: the volume MUST be accessible from at least one requisite segment;
+	// a volume the pod put elsewhere would bind a claim no allowed node can use.
+	for _, seg := range segs {
+		for _, r := range req.Requisite {
+			if fits(seg, r) {
+				return segs, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("the volume's accessible topology %v is reachable from none of the requisite topology segments %v (it must lie where the claim may be used)", segs, req.Requisite)
+}
+
+// fits reports whether a volume reachable from segment seg is reachable from
+// the requisite segment r: they share a key, and agree on every key they share.
+func fits(seg, r map[string]string) bool {
+	shared := false
+	for k, v := range seg {
+		if rv, ok := r[k]; ok {
+			if rv != v {
+				return false
+			}
+			shared = true
+		}
+	}
+	return shared
+}
+
+func accessibleTopology(reported *string, configured []map[string]string, keys []string, req *v1alpha1.TopologyRequirement) ([]map[string]string, error) {
 	if reported != nil {
 		var v any
 		if err := yaml.Unmarshal([]byte(*reported), &v); err != nil {

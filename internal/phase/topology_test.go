@@ -98,10 +98,11 @@ func TestAccessibleTopologyPrecedence(t *testing.T) {
 	str := func(s string) *string { return &s }
 	keys := []string{"zone"}
 	req := &v1alpha1.TopologyRequirement{
-		Requisite: []map[string]string{{"zone": "r", HostnameKey: "n9"}},
+		// As external-provisioner asks: every preferred segment is requisite.
+		Requisite: []map[string]string{{"zone": "p", HostnameKey: "n1"}, {"zone": "q", HostnameKey: "n2"}, {"zone": "r", HostnameKey: "n9"}},
 		Preferred: []map[string]string{{"zone": "p", HostnameKey: "n1"}, {"zone": "q", HostnameKey: "n2"}},
 	}
-	configured := []map[string]string{{"zone": "c"}}
+	configured := []map[string]string{{"zone": "r"}}
 	for _, c := range []struct {
 		name       string
 		reported   *string
@@ -111,7 +112,11 @@ func TestAccessibleTopologyPrecedence(t *testing.T) {
 		want       []map[string]string
 		err        string
 	}{
-		{"/pav/topology wins (YAML)", str("- {zone: x}\n- {zone: w}\n"), configured, keys, req, []map[string]string{{"zone": "x"}, {"zone": "w"}}, ""},
+		{"/pav/topology wins (YAML)", str("- {zone: q}\n- {zone: w}\n"), configured, keys, req, []map[string]string{{"zone": "q"}, {"zone": "w"}}, ""},
+		{"/pav/topology outside every requisite segment", str("- {zone: x}\n"), configured, keys, req, nil, "reachable from none of the requisite topology segments"},
+		{"/pav/topology on another key only", str("- {rack: a}\n"), configured, keys, req, nil, "reachable from none of the requisite topology segments"},
+		{"accessibleTopology outside every requisite segment", nil, []map[string]string{{"zone": "x"}}, keys, req, nil, "reachable from none of the requisite topology segments"},
+		{"no requisite: anything goes", str("- {zone: x}\n"), nil, keys, &v1alpha1.TopologyRequirement{}, []map[string]string{{"zone": "x"}}, ""},
 		{"YAML 1.1 booleans are not strings", str("- {zone: y}\n"), nil, keys, req, nil, "/pav/topology[0].zone: must be a string, got boolean"},
 		{"/pav/topology as one JSON segment", str(`{"zone": "x"}`), nil, nil, nil, []map[string]string{{"zone": "x"}}, ""},
 		{"/pav/topology empty list: nowhere said, taken as written", str("[]"), configured, keys, req, []map[string]string{}, ""},
@@ -119,7 +124,7 @@ func TestAccessibleTopologyPrecedence(t *testing.T) {
 		{"/pav/topology not YAML", str("{zone"), nil, keys, req, nil, "invalid /pav/topology"},
 		{"then volumeCreation.accessibleTopology", nil, configured, keys, req, configured, ""},
 		{"then the first preferred segment, on the topology keys", nil, nil, keys, req, []map[string]string{{"zone": "p"}}, ""},
-		{"then the first requisite segment", nil, nil, keys, &v1alpha1.TopologyRequirement{Requisite: req.Requisite}, []map[string]string{{"zone": "r"}}, ""},
+		{"then the first requisite segment", nil, nil, keys, &v1alpha1.TopologyRequirement{Requisite: req.Requisite[2:]}, []map[string]string{{"zone": "r"}}, ""},
 		{"node-local", nil, nil, []string{HostnameKey}, req, []map[string]string{{HostnameKey: "n1"}}, ""},
 		{"no topology keys: everywhere", nil, nil, nil, req, nil, ""},
 		{"no requirements: everywhere", nil, nil, keys, nil, nil, ""},
