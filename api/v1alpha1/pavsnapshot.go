@@ -3,7 +3,6 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -139,18 +138,7 @@ func (s *PavSnapshot) DeepCopyObject() runtime.Object { return s.DeepCopy() }
 
 // DeepCopy copies the record through JSON, as PavVolume does.
 func (s *PavSnapshot) DeepCopy() *PavSnapshot {
-	if s == nil {
-		return nil
-	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(err) // cannot happen: every field marshals
-	}
-	out := &PavSnapshot{}
-	if err := json.Unmarshal(b, out); err != nil {
-		panic(err)
-	}
-	return out
+	return jsonCopy(s)
 }
 
 // DeepCopyObject implements runtime.Object.
@@ -158,10 +146,5 @@ func (l *PavSnapshotList) DeepCopyObject() runtime.Object {
 	if l == nil {
 		return nil
 	}
-	out := &PavSnapshotList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	for i := range l.Items {
-		out.Items = append(out.Items, *l.Items[i].DeepCopy())
-	}
-	return out
+	return jsonCopy(l)
 }

@@ -3,7 +3,6 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -240,18 +239,7 @@ func (v *PavVolume) DeepCopyObject() runtime.Object { return v.DeepCopy() }
 // DeepCopy copies the record through JSON, as PavProvisioner does: the record
 // holds whole API objects, and it is copied once per transition.
 func (v *PavVolume) DeepCopy() *PavVolume {
-	if v == nil {
-		return nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // cannot happen: every field marshals
-	}
-	out := &PavVolume{}
-	if err := json.Unmarshal(b, out); err != nil {
-		panic(err)
-	}
-	return out
+	return jsonCopy(v)
 }
 
 // DeepCopyObject implements runtime.Object.
@@ -259,10 +247,5 @@ func (l *PavVolumeList) DeepCopyObject() runtime.Object {
 	if l == nil {
 		return nil
 	}
-	out := &PavVolumeList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	for i := range l.Items {
-		out.Items = append(out.Items, *l.Items[i].DeepCopy())
-	}
-	return out
+	return jsonCopy(l)
 }

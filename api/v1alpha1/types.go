@@ -240,18 +240,7 @@ func (p *PavProvisioner) DeepCopyObject() runtime.Object { return p.DeepCopy() }
 // DeepCopy copies the object through JSON: the phases are untyped trees and the
 // object is small, so a generated deep-copy would buy nothing.
 func (p *PavProvisioner) DeepCopy() *PavProvisioner {
-	if p == nil {
-		return nil
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		panic(err) // cannot happen: every field marshals
-	}
-	out := &PavProvisioner{}
-	if err := json.Unmarshal(b, out); err != nil {
-		panic(err)
-	}
-	return out
+	return jsonCopy(p)
 }
 
 // DeepCopyObject implements runtime.Object.
@@ -259,10 +248,5 @@ func (l *PavProvisionerList) DeepCopyObject() runtime.Object {
 	if l == nil {
 		return nil
 	}
-	out := &PavProvisionerList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	for i := range l.Items {
-		out.Items = append(out.Items, *l.Items[i].DeepCopy())
-	}
-	return out
+	return jsonCopy(l)
 }
