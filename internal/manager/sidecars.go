@@ -6,6 +6,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/phase"
+	pavprov "github.com/pods-as-volumes/pav/internal/provisioner"
 )
 
 // sidecars are the names of the controller pod's containers a provisioner gets:
@@ -24,21 +25,14 @@ func sidecars(f phase.Features) map[string]bool {
 		containerResizer: f.Expansion, containerSnapshot: f.Snapshots}
 }
 
-// features are those of the spec the drivers run with (see sidecars); none for
-// a provisioner without a valid spec.
+// features are those of the spec the drivers run with
+// (provisioner.InForce); none for a provisioner without a valid spec.
 func features(p *v1alpha1.PavProvisioner) phase.Features {
-	spec := &p.Spec
-	if phase.Check(p) != nil {
-		if p.Status.LastValidSpec == nil {
-			return phase.Features{}
-		}
-		saved := &v1alpha1.PavProvisioner{ObjectMeta: p.ObjectMeta, Spec: *p.Status.LastValidSpec}
-		if phase.Check(saved) != nil {
-			return phase.Features{}
-		}
-		spec = p.Status.LastValidSpec
+	q := pavprov.InForce(p)
+	if q == nil {
+		return phase.Features{}
 	}
-	f, err := phase.FeaturesOf(spec)
+	f, err := phase.FeaturesOf(&q.Spec)
 	if err != nil {
 		return phase.Features{}
 	}

@@ -166,7 +166,7 @@ func (w *Watch) update(obj any) {
 	}
 	w.current = nil
 	w.err = status.Errorf(codes.FailedPrecondition, "PavProvisioner %q is invalid: %v", w.name, checkErr)
-	if saved := lastValid(p); saved != nil && (w.lastGood == nil || saved.Generation > w.lastGood.Generation) {
+	if saved := LastValid(p); saved != nil && (w.lastGood == nil || saved.Generation > w.lastGood.Generation) {
 		w.lastGood = saved
 	} else if w.lastGood != nil {
 		// Same spec, newer metadata (a deletion timestamp, for one).
@@ -183,9 +183,19 @@ func (w *Watch) update(obj any) {
 	}
 }
 
-// lastValid is the spec the pav manager saved in status.lastValidSpec, with the
+// InForce is the provisioner the drivers run with: p itself when it passes the
+// check, else LastValid(p) (nil when there is none). The manager deploys the
+// sidecars of its features, so that they match what the drivers advertise.
+func InForce(p *v1alpha1.PavProvisioner) *v1alpha1.PavProvisioner {
+	if phase.Check(p) == nil {
+		return p
+	}
+	return LastValid(p)
+}
+
+// LastValid is the spec the pav manager saved in status.lastValidSpec, with the
 // object's current metadata, if it (still) passes the check.
-func lastValid(p *v1alpha1.PavProvisioner) *v1alpha1.PavProvisioner {
+func LastValid(p *v1alpha1.PavProvisioner) *v1alpha1.PavProvisioner {
 	if p.Status.LastValidSpec == nil {
 		return nil
 	}
