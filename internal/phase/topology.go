@@ -5,9 +5,8 @@ import (
 	"maps"
 	"slices"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/templating"
 )
 
 // HostnameKey is the node label external-provisioner's WaitForFirstConsumer
@@ -105,8 +104,10 @@ func fits(seg, r map[string]string) bool {
 
 func accessibleTopology(reported *string, configured []map[string]string, keys []string, req *v1alpha1.TopologyRequirement) ([]map[string]string, error) {
 	if reported != nil {
-		var v any
-		if err := yaml.Unmarshal([]byte(*reported), &v); err != nil {
+		// The YAML of a template's `yaml` output (PyYAML's), so that a
+		// segment means the same in /pav/topology as in accessibleTopology.
+		v, err := templating.ParseYAML(*reported)
+		if err != nil {
 			return nil, fmt.Errorf("the creation pod wrote an invalid /pav/topology (want YAML or JSON): %v", err)
 		}
 		segs, err := TopologySegments(v, "/pav/topology")
