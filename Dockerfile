@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
-# The pav image: one static binary for every role — `pav manager` (Deployment),
-# `pav driver --mode=controller|node` (per-provisioner StatefulSet and DaemonSet) and
-# `pav report`, the sidecar pav adds to the pods of a provisioner.
+# The pav image: one static binary for every role — `pav manager` (Deployment) and
+# `pav driver --mode=controller|node` (per-provisioner StatefulSet and DaemonSet) — and
+# `pav-report`, the small sidecar pav adds to a provisioner's controller-side pods.
 #
 #   docker build -t ghcr.io/pods-as-volumes/pav:v0.2.0 .
 #   docker build --build-arg VERSION=v0.2.1 -t my.registry/pav:v0.2.1 .   (then set
@@ -23,10 +23,11 @@ ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/pav ./cmd/pav
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/pav ./cmd/pav && \
+    go build -trimpath -ldflags "-s -w" -o /out/pav-report ./cmd/pav-report
 
 FROM gcr.io/distroless/static-debian12
-COPY --from=build /out/pav /usr/local/bin/pav
-# `pav report` is started by name (command: [pav, report, ...]): PATH must hold it.
+COPY --from=build /out/pav /out/pav-report /usr/local/bin/
+# `pav-report` (and `pav report`, for pods of older versions) is started by name: PATH must hold it.
 ENV PATH=/usr/local/bin:/usr/bin:/bin
 ENTRYPOINT ["/usr/local/bin/pav"]

@@ -49,6 +49,7 @@ import (
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/records"
+	"github.com/pods-as-volumes/pav/internal/report"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -635,7 +636,7 @@ func (j *job) create(ctx context.Context) error {
 			return j.fail(ctx, v1alpha1.ReasonInvalidCreationOutput, err, orDefault(handle, j.v.Spec.DefaultHandle), capacity)
 		}
 		var reported *string
-		if t, ok := res.Files[podrunner.FileTopology]; ok {
+		if t, ok := res.Files[report.FileTopology]; ok {
 			reported = &t
 		}
 		if topology, err = j.accessibleTopology(reported, cfg); err != nil {

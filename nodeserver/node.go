@@ -115,6 +115,16 @@ func (s *Server) runPod(ctx context.Context, dir string, st *staged, slot **podI
 		if err := os.MkdirAll(filepath.Join(dir, "pav"), 0o750); err != nil {
 			return nil, err
 		}
+		if op.HostPath != "" {
+			// A new pod under a new token: its outcome must be read from its
+			// own files, not from those the pods before it (staging, an
+			// earlier attempt) left in the same /pav. A retry that adopts the
+			// recorded pod comes with *slot set and keeps them.
+			if err := podrunner.ClearHostReport(op.HostPath); err != nil {
+				*slot = nil
+				return nil, err
+			}
+		}
 		if err := writeState(dir, st); err != nil {
 			return nil, err
 		}

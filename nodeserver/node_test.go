@@ -279,6 +279,9 @@ func TestStageFailures(t *testing.T) {
 		wantCode      codes.Code
 		wantMsg       string
 		wantUnstaging int
+		// once: said once in the error, as the staging pod's; a second time
+		// would blame the unstaging pod with a file it did not write.
+		once string
 	}{
 		{name: "staging pod fails: unstaging pod runs", spec: stagingSpec + unstagingSpec,
 			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "mount: permission denied"}}},
@@ -287,6 +290,10 @@ func TestStageFailures(t *testing.T) {
 			staging:   podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "first"}}},
 			unstaging: podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "second"}}},
 			wantCode:  codes.Aborted, wantMsg: "undoing it failed too, pav retries: unstaging", wantUnstaging: 1},
+		{name: "unstaging pod fails without /pav/error: staging's is not read as its own", spec: stagingSpec + unstagingSpec,
+			staging:   podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, Files: map[string]string{"error": "first"}}},
+			unstaging: podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 7}},
+			wantCode:  codes.Aborted, wantMsg: `exited with code 7`, wantUnstaging: 1, once: "/pav/error: first"},
 		{name: "image pull failure fails fast", spec: stagingSpec,
 			staging:  podAction{outcome: fakekubelet.Outcome{Kind: fakekubelet.ImagePullError, Reason: "ErrImagePull", Message: "not found"}},
 			wantCode: codes.Internal, wantMsg: "ErrImagePull"},
@@ -314,6 +321,9 @@ func TestStageFailures(t *testing.T) {
 			_, err := e.srv.NodeStageVolume(e.ctx, req)
 			if status.Code(err) != tc.wantCode || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("error = %v, want %v containing %q", err, tc.wantCode, tc.wantMsg)
+			}
+			if tc.once != "" && strings.Count(err.Error(), tc.once) != 1 {
+				t.Fatalf("error = %v: %q should be there once", err, tc.once)
 			}
 			if n := e.count(v1alpha1.PhaseUnstaging); n != tc.wantUnstaging {
 				t.Fatalf("%d unstaging pods, want %d", n, tc.wantUnstaging)

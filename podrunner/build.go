@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/report"
 )
 
 // ErrInvalidOperation wraps every error about an Operation (or its pod template)
@@ -28,11 +29,6 @@ var ErrInvalidOperation = errors.New("invalid pod operation")
 // cannot read or write: PaV's "default" was a namespace where anyone allowed to
 // create pods could pre-create, watch or exec into pav's pods.
 const DefaultNamespace = "pav"
-
-// reportMaxBytesEnv tells the report sidecar how large its termination message may
-// be (see reportBudget). It is an environment variable rather than a flag so that
-// however `pav report` parses its flags, the budget reaches Report.
-const reportMaxBytesEnv = "PAV_REPORT_MAX_BYTES"
 
 // Operation is one phase for one volume. Its (Provisioner, Phase, VolumeKey) triple
 // decides the pod's deterministic name: a retry of the same operation finds the same pod.
@@ -231,8 +227,12 @@ func BuildPod(op Operation, reportImage, defaultNamespace string) (*corev1.Pod, 
 		c.VolumeMounts = append(c.VolumeMounts, pavMount(op.HostPath != "", isPrivileged(c), false))
 	})
 
-	pod.Spec.InitContainers = append([]corev1.Container{reportSidecar(op, reportImage, reportBudget(&pod.Spec))},
-		pod.Spec.InitContainers...)
+	// Node pods' /pav is the node plugin's own directory, which it reads
+	// itself (hostdir.go); the others need the sidecar to carry /pav out.
+	if op.HostPath == "" {
+		pod.Spec.InitContainers = append([]corev1.Container{reportSidecar(op, reportImage, reportBudget(&pod.Spec))},
+			pod.Spec.InitContainers...)
+	}
 	return pod, nil
 }
 
@@ -276,18 +276,23 @@ func forEachContainer(spec *corev1.PodSpec, f func(kind string, c *corev1.Contai
 func reportBudget(spec *corev1.PodSpec) int {
 	n := len(spec.Containers) + len(spec.InitContainers) + len(spec.EphemeralContainers) + 1
 	b := maxPodTerminationMessages / n
-	if b > maxTerminationMessage {
-		b = maxTerminationMessage
+	if b > report.MaxMessage {
+		b = report.MaxMessage
 	}
 	return b
 }
 
-const (
-	maxTerminationMessage     = 4096
-	maxPodTerminationMessages = 12 * 1024
-	// terminationLogPath is the kubelet's default, written by Report.
-	terminationLogPath = "/dev/termination-log"
-)
+// maxPodTerminationMessages is the kubelet's limit for all the termination
+// messages of a pod together.
+const maxPodTerminationMessages = 12 * 1024
+
+// ReportCommand is the report sidecar's program (cmd/pav-report), in the pav
+// image beside pav itself: a binary of its own that links only the standard
+// library, because every controller-side pod starts one, and pav's binary
+// spends some 60 ms and 30 MB of RSS initialising client-go, metrics and
+// templating before main. (`pav report` still runs it, for pods that an
+// older pav made.)
+const ReportCommand = "pav-report"
 
 // reportSidecar is the native sidecar (an init container with restartPolicy
 // Always) that reports the /pav files. Being first among the init containers,
@@ -304,10 +309,10 @@ func reportSidecar(op Operation, image string, budget int) corev1.Container {
 	c := corev1.Container{
 		Name:          ReportContainer,
 		Image:         image,
-		Command:       []string{"pav", "report", "--dir=" + MountPath},
+		Command:       []string{ReportCommand, "--dir=" + MountPath},
 		RestartPolicy: &always,
 		Env: []corev1.EnvVar{
-			{Name: reportMaxBytesEnv, Value: strconv.Itoa(budget)},
+			{Name: report.MaxBytesEnv, Value: strconv.Itoa(budget)},
 		},
 		VolumeMounts: []corev1.VolumeMount{pavMount(op.HostPath != "", false, true)},
 		Resources: corev1.ResourceRequirements{
@@ -319,7 +324,7 @@ func reportSidecar(op Operation, image string, budget int) corev1.Container {
 				corev1.ResourceMemory: resource.MustParse("64Mi"),
 			},
 		},
-		TerminationMessagePath:   terminationLogPath,
+		TerminationMessagePath:   report.TerminationLog,
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		ImagePullPolicy:          corev1.PullIfNotPresent,
 		SecurityContext: &corev1.SecurityContext{
@@ -330,7 +335,7 @@ func reportSidecar(op Operation, image string, budget int) corev1.Container {
 	if op.KeepRunning {
 		c.ReadinessProbe = &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-				Command: []string{"pav", "report", "--dir=" + MountPath, "--check-ready"},
+				Command: []string{ReportCommand, "--dir=" + MountPath, "--check-ready"},
 			}},
 			PeriodSeconds:    1,
 			TimeoutSeconds:   1,

@@ -142,6 +142,10 @@ func TestBuildPod(t *testing.T) {
 	inNS := creation
 	inNS.Template = baseTemplate()
 	inNS.Template.Namespace = "storage"
+	// KeepRunning on an emptyDir: readiness can only come out through the sidecar.
+	keepRunning := creation
+	keepRunning.Template = baseTemplate()
+	keepRunning.KeepRunning = true
 
 	cases := []struct {
 		name  string
@@ -226,7 +230,7 @@ func TestBuildPod(t *testing.T) {
 			if r.RestartPolicy == nil || *r.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 				t.Error("report is not a native sidecar")
 			}
-			if strings.Join(r.Command, " ") != "pav report --dir=/pav" {
+			if strings.Join(r.Command, " ") != "pav-report --dir=/pav" {
 				t.Errorf("command %q", r.Command)
 			}
 			if r.TerminationMessagePolicy != corev1.TerminationMessageReadFile || r.TerminationMessagePath != "/dev/termination-log" {
@@ -254,7 +258,16 @@ func TestBuildPod(t *testing.T) {
 				t.Errorf("namespace %q", pod.Namespace)
 			}
 		}},
-		{"staging: node, hostPath, propagation, probe", staging, func(t *testing.T, pod *corev1.Pod) {
+		{"keepRunning emptyDir: the sidecar probes /pav/ready", keepRunning, func(t *testing.T, pod *corev1.Pod) {
+			if pod.Spec.InitContainers[0].Name != podrunner.ReportContainer {
+				t.Fatalf("first init container %q, want the report sidecar", pod.Spec.InitContainers[0].Name)
+			}
+			p := pod.Spec.InitContainers[0].ReadinessProbe
+			if p == nil || p.Exec == nil || strings.Join(p.Exec.Command, " ") != "pav-report --dir=/pav --check-ready" || p.PeriodSeconds != 1 {
+				t.Errorf("readiness probe %+v", p)
+			}
+		}},
+		{"staging: node, hostPath, propagation, no sidecar", staging, func(t *testing.T, pod *corev1.Pod) {
 			if pod.Spec.NodeName != "node-a" || pod.Labels[podrunner.LabelNode] != "node-a" {
 				t.Errorf("nodeName %q, label %q", pod.Spec.NodeName, pod.Labels[podrunner.LabelNode])
 			}
@@ -269,19 +282,19 @@ func TestBuildPod(t *testing.T) {
 				t.Fatalf("pav volume %+v", vol)
 			}
 			want := map[string]string{
-				podrunner.ReportContainer: "HostToContainer",
-				"init":                    "HostToContainer",
-				"main":                    "HostToContainer",
-				"priv":                    "Bidirectional",
+				"init": "HostToContainer",
+				"main": "HostToContainer",
+				"priv": "Bidirectional",
 			}
 			for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+				// The node plugin reads this /pav itself (files, and ready
+				// through inotify): no sidecar, no probe, no pav image.
+				if c.Name == podrunner.ReportContainer || c.ReadinessProbe != nil || c.Image == "registry/pav:1" {
+					t.Errorf("node pod has pav's %s (image %s, probe %v)", c.Name, c.Image, c.ReadinessProbe)
+				}
 				if got := propagation(pavMountOf(t, c)); got != want[c.Name] {
 					t.Errorf("%s: propagation %q, want %q", c.Name, got, want[c.Name])
 				}
-			}
-			p := pod.Spec.InitContainers[0].ReadinessProbe
-			if p == nil || p.Exec == nil || strings.Join(p.Exec.Command, " ") != "pav report --dir=/pav --check-ready" || p.PeriodSeconds != 1 {
-				t.Errorf("readiness probe %+v", p)
 			}
 			if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
 				t.Error("KeepRunning pods must not restart either")

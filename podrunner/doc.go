@@ -45,8 +45,14 @@
 //
 // # Reading /pav without node access
 //
+// Node pods (staging, unstaging, node expansion: Operation.HostPath) have their
+// /pav in the node plugin's own directory: it reads the files itself once the
+// pod has finished, and watches for /pav/ready with inotify, so these pods get
+// no sidecar (hostdir.go says what that saves, and how the files are read
+// safely).
+//
 // Controller-side pods may run on any node, so their /pav is an emptyDir the
-// driver cannot read. Every pod gets a native sidecar (an init container with
+// driver cannot read. Each of them gets a native sidecar (an init container with
 // restartPolicy Always, placed first so it outlives all user containers) that
 // waits for SIGTERM and then writes handle/capacity/error as JSON to its
 // termination message (Report). The kubelet stops sidecars only after all
@@ -64,8 +70,8 @@
 // JSON in it by keeping the tail of error, and by dropping (never cutting) an
 // oversized handle or capacity, which ParseReport then reports as an error.
 //
-// For KeepRunning (staging) pods, the sidecar's readiness probe runs
-// `pav report --check-ready`, so "/pav/ready exists" becomes a container-ready
+// For KeepRunning pods on an emptyDir, the sidecar's readiness probe runs
+// `pav-report --check-ready`, so "/pav/ready exists" becomes a container-ready
 // watch event.
 //
 // # Cleaning up

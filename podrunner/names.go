@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/report"
 )
 
 const (
@@ -29,7 +30,7 @@ const (
 	// VolumeName is the injected volume, mounted at MountPath in every container.
 	VolumeName = "pav"
 	// MountPath is where the pav volume is mounted.
-	MountPath = "/pav"
+	MountPath = report.Dir
 )
 
 const (

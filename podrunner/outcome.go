@@ -3,11 +3,15 @@ package podrunner
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/pods-as-volumes/pav/internal/report"
 )
 
 // PodFailure reasons set by pav itself (others come from the pod or its containers).
@@ -63,7 +67,7 @@ func (f *PodFailure) Error() string {
 	if m := strings.TrimSpace(f.Message); m != "" {
 		parts = append(parts, m)
 	}
-	for _, c := range sortedKeys(f.ExitCodes) {
+	for _, c := range slices.Sorted(maps.Keys(f.ExitCodes)) {
 		parts = append(parts, fmt.Sprintf("container %q exited with code %d", c, f.ExitCodes[c]))
 	}
 	if e := strings.TrimSpace(f.ErrorFile); e != "" {
@@ -102,13 +106,18 @@ type verdict struct {
 // and of two flags set by timers: reportExpired (stop waiting for the report of
 // a finished pod) and timedOut (the pod outlived timeout).
 func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, timeout time.Duration) verdict {
-	report := containerStatus(pod.Status.InitContainerStatuses, ReportContainer)
+	sidecar := containerStatus(pod.Status.InitContainerStatuses, ReportContainer)
 
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded, corev1.PodFailed:
+		if op.HostPath != "" {
+			// A node pod: no sidecar, the node plugin reads /pav itself.
+			files, perr := hostReport(op.HostPath)
+			return finishedVerdict(op, pod, files, perr)
+		}
 		msg, have := "", false
-		if report != nil && report.State.Terminated != nil {
-			msg, have = report.State.Terminated.Message, true
+		if sidecar != nil && sidecar.State.Terminated != nil {
+			msg, have = sidecar.State.Terminated.Message, true
 		}
 		// Wait for the report only if it can still come: the sidecar is running
 		// and about to be stopped. (getPhase in the kubelet counts a running
@@ -116,35 +125,20 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 		// sidecar's termination; but a failed init container fails the pod while
 		// the sidecar still runs, and a pod rejected at admission has no running
 		// sidecar at all: no need to wait for it.)
-		if !have && !reportExpired && report != nil && report.State.Running != nil {
+		if !have && !reportExpired && sidecar != nil && sidecar.State.Running != nil {
 			return verdict{awaitingReport: true}
 		}
 		var files map[string]string
 		var perr error
 		if have {
-			files, perr = ParseReport(msg)
+			files, perr = report.Parse(msg)
 		} else {
-			files, perr = map[string]string{}, ErrNoReport
+			files, perr = map[string]string{}, report.ErrNoReport
 		}
-		if pod.Status.Phase == corev1.PodSucceeded {
-			if perr != nil && !errors.Is(perr, ErrNoReport) {
-				// Succeeding with a handle or capacity we could not read would
-				// silently fall back to the template's values: fail instead.
-				f := newFailure(op, pod)
-				f.Reason, f.Message = ReasonInvalidReport, perr.Error()
-				return verdict{done: true, failure: f}
-			}
-			return verdict{done: true, reportProblem: perr, result: &Result{
-				Pod: pod.Name, Namespace: pod.Namespace, Files: files,
-			}}
-		}
-		f := podFailed(op, pod)
-		f.ErrorFile = files[FileError]
-		return verdict{done: true, failure: f, reportProblem: perr}
+		return finishedVerdict(op, pod, files, perr)
 	}
 
-	if op.KeepRunning && pod.Status.Phase == corev1.PodRunning && report != nil && report.Ready &&
-		report.State.Running != nil && allRunning(pod) {
+	if op.KeepRunning && pod.Status.Phase == corev1.PodRunning && signalledReady(op, sidecar) && allRunning(pod) {
 		return verdict{done: true, result: &Result{
 			Pod: pod.Name, Namespace: pod.Namespace, Files: map[string]string{}, Running: true,
 		}}
@@ -173,12 +167,12 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 	// binary, wrong architecture): the user's containers would never start, since
 	// a sidecar must start before the init containers after it. Fail now rather
 	// than at PodTimeout (or never, without one).
-	if report != nil && report.State.Waiting != nil &&
-		(report.State.Waiting.Reason == "CrashLoopBackOff" || report.State.Waiting.Reason == "RunContainerError") {
+	if sidecar != nil && sidecar.State.Waiting != nil &&
+		(sidecar.State.Waiting.Reason == "CrashLoopBackOff" || sidecar.State.Waiting.Reason == "RunContainerError") {
 		f := newFailure(op, pod)
-		f.Reason = report.State.Waiting.Reason
-		f.Message = fmt.Sprintf("the pav report sidecar (image %s) cannot run: %s", report.Image, report.State.Waiting.Message)
-		if t := report.LastTerminationState.Terminated; t != nil {
+		f.Reason = sidecar.State.Waiting.Reason
+		f.Message = fmt.Sprintf("the pav report sidecar (image %s) cannot run: %s", sidecar.Image, sidecar.State.Waiting.Message)
+		if t := sidecar.LastTerminationState.Terminated; t != nil {
 			f.Message += fmt.Sprintf(" (last exit code %d: %s)", t.ExitCode, strings.TrimSpace(t.Message))
 		}
 		return verdict{done: true, failure: f}
@@ -195,6 +189,35 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 		return verdict{done: true, failure: f}
 	}
 	return verdict{}
+}
+
+// finishedVerdict is the outcome of a finished pod, given the files it left
+// in /pav and the problem reading them, if any.
+func finishedVerdict(op *Operation, pod *corev1.Pod, files map[string]string, perr error) verdict {
+	if pod.Status.Phase == corev1.PodSucceeded {
+		if perr != nil && !errors.Is(perr, report.ErrNoReport) {
+			// Succeeding with a handle or capacity we could not read would
+			// silently fall back to the template's values: fail instead.
+			f := newFailure(op, pod)
+			f.Reason, f.Message = ReasonInvalidReport, perr.Error()
+			return verdict{done: true, failure: f}
+		}
+		return verdict{done: true, reportProblem: perr, result: &Result{
+			Pod: pod.Name, Namespace: pod.Namespace, Files: files,
+		}}
+	}
+	f := podFailed(op, pod)
+	f.ErrorFile = files[report.FileError]
+	return verdict{done: true, failure: f, reportProblem: perr}
+}
+
+// signalledReady: a KeepRunning pod has created /pav/ready. A node pod's /pav
+// is read on the host; otherwise the report sidecar's readiness probe tells.
+func signalledReady(op *Operation, sidecar *corev1.ContainerStatus) bool {
+	if op.HostPath != "" {
+		return hostReady(op.HostPath)
+	}
+	return sidecar != nil && sidecar.Ready && sidecar.State.Running != nil
 }
 
 func newFailure(op *Operation, pod *corev1.Pod) *PodFailure {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +24,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/pods-as-volumes/pav/internal/report"
 )
 
 const (
@@ -284,6 +288,15 @@ func (pw *podWatch) close() {
 	}
 }
 
+// poke makes the waiter look at the pod again (something else than the pod
+// changed: a node pod's /pav/ready).
+func (pw *podWatch) poke() {
+	select {
+	case pw.w.kick <- struct{}{}:
+	default: // already poked
+	}
+}
+
 // cached is the pod in the informer cache (shared: never mutate it), or nil.
 func (pw *podWatch) cached() *corev1.Pod {
 	p, err := pw.lister.Pods(pw.ns).Get(pw.name)
@@ -410,6 +423,11 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 		return nil, err
 	}
 	defer pw.close()
+	if op.HostPath != "" && op.KeepRunning {
+		// Readiness is a file on this node, not a pod status: watch it before
+		// the first look at the pod, so that its creation cannot be missed.
+		defer watchReady(ctx, op.HostPath, pw.poke)()
+	}
 
 	cur, err := r.createOrAdopt(ctx, pw, pod, &op)
 	if err != nil {
@@ -446,7 +464,7 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 		logger.Info("Pod failed", "reason", v.failure.Reason, "error", v.failure.Error())
 		return nil, v.failure
 	}
-	logger.Info("Pod succeeded", "files", sortedKeys(v.result.Files))
+	logger.Info("Pod succeeded", "files", slices.Sorted(maps.Keys(v.result.Files)))
 	return v.result, nil
 }
 
@@ -502,7 +520,7 @@ func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Po
 			// Wait it out: the caller's retry, with a new token, must not meet
 			// it (it would be foreign to the new token).
 			logger.Info("The operation's pod is being deleted; waiting for it to go", "uid", existing.UID, "podPhase", existing.Status.Phase)
-			if err := r.waitGone(ctx, pw, existing.UID); err != nil {
+			if err := r.waitGone(ctx, pw, existing.UID, false); err != nil {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w: %s pod %s/%s (uid %s) was deleted by someone else before it finished",
@@ -623,7 +641,7 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 			// Someone deletes it while it runs: what it ends with is its
 			// killing, not the operation's result.
 			logger.Info("The operation's pod is being deleted before it finished; waiting for it to go")
-			if err := r.waitGone(ctx, pw, uid); err != nil {
+			if err := r.waitGone(ctx, pw, uid, true); err != nil {
 				return nil, verdict{}, err
 			}
 			return nil, verdict{}, fmt.Errorf("%w: %s pod %s/%s (uid %s) was deleted by someone else before it finished",
@@ -674,9 +692,12 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 	}
 }
 
-// waitGone waits until the pod with this UID is gone (or replaced).
-func (r *Runner) waitGone(ctx context.Context, pw *podWatch, uid types.UID) error {
-	askedAPI, seen := false, false
+// waitGone waits until the pod with this UID is gone (or replaced). seen: the
+// caller found it in the informer cache after registering pw, so the informer
+// will tell of its end (its removal from the cache, then the delete event that
+// marks it gone; a relist's tombstone too) and the API need not be asked.
+func (r *Runner) waitGone(ctx context.Context, pw *podWatch, uid types.UID, seen bool) error {
+	askedAPI := false
 	for {
 		p := pw.cached()
 		switch {
@@ -743,7 +764,8 @@ func (r *Runner) Delete(ctx context.Context, op Operation) error {
 	}
 	defer pw.close()
 	p := pw.cached()
-	if p == nil || ownership(p, &op) != "" {
+	fromCache := p != nil && ownership(p, &op) == ""
+	if !fromCache {
 		// Not cached, or the cache may lag behind: ask the API server.
 		p, err = r.cfg.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -761,7 +783,7 @@ func (r *Runner) Delete(ctx context.Context, op Operation) error {
 	if err := r.deletePod(ctx, p); err != nil {
 		return fmt.Errorf("deleting %s pod %s/%s: %w", op.Phase, ns, name, err)
 	}
-	if err := r.waitGone(ctx, pw, p.UID); err != nil {
+	if err := r.waitGone(ctx, pw, p.UID, fromCache); err != nil {
 		return fmt.Errorf("waiting for %s pod %s/%s to go away: %w", op.Phase, ns, name, err)
 	}
 	logger.V(2).Info("Pod gone")
@@ -784,11 +806,7 @@ func (r *Runner) logTail(ctx context.Context, pod *corev1.Pod, container string)
 	if err != nil && len(b) == 0 {
 		return ""
 	}
-	s := strings.TrimRight(string(b), "\n")
-	if len(s) > logTailBytes {
-		s = truncatedMark + tailRunes(s, logTailBytes)
-	}
-	return s
+	return report.Tail(strings.TrimRight(string(b), "\n"), logTailBytes)
 }
 
 // record updates the metrics for one Run.

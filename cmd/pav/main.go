@@ -1,6 +1,6 @@
 // Command pav is Pods-as-Volumes: one binary for the manager that deploys every
 // PavProvisioner (`pav manager`), the CSI driver (`pav driver`), the report
-// sidecar its pods carry (`pav report`), and the offline tools that
+// sidecar of pods made by older versions (`pav report`; pav-report now), and the offline tools that
 // show a provisioner author what their templates produce (`pav template`,
 // `pav render`).
 package main
@@ -24,7 +24,7 @@ Usage:
   pav driver   --provisioner NAME --mode controller|node|all [flags]   serve the CSI driver
   pav render   -f provisioner.yaml --phase PHASE [inputs]               show a phase's pod as pav would submit it
   pav template [FILE|-] [--vars FILE]                                   evaluate every string of a YAML document
-  pav report   --dir /pav [--check-ready]                               the report sidecar of pav's pods
+  pav report   --dir /pav [--check-ready]                               the report sidecar of pods made by pav up to v0.2.0 (now pav-report)
   pav version
 
 Run 'pav COMMAND -h' for a command's flags.

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 
-	"github.com/pods-as-volumes/pav/podrunner"
+	"github.com/pods-as-volumes/pav/internal/report"
 )
 
-// runReport is the report sidecar pav adds to its pods: it hands the /pav files a
-// pod wrote to the driver through its termination message, so the controller
-// plugin reads them without access to the node the pod ran on.
+// runReport is `pav report`, what the report sidecar of pods made by pav up to
+// v0.2.0 runs: pods made since run the lighter pav-report binary of the same
+// image (cmd/pav-report), and a driver upgrade must not fail a pod already
+// running with the old command.
 func runReport(ctx context.Context, args []string) int {
-	return podrunner.ReportCommand(ctx, args)
+	return report.Command(ctx, args)
 }

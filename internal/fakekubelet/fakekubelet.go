@@ -42,6 +42,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/pods-as-volumes/pav/internal/report"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -502,7 +503,7 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 			}
 		}
 		if out.Kind == Run && out.Ready {
-			if werr := os.WriteFile(filepath.Join(dir, podrunner.FileReady), nil, 0o644); werr != nil {
+			if werr := os.WriteFile(filepath.Join(dir, report.FileReady), nil, 0o644); werr != nil {
 				err = werr
 			}
 		}
@@ -543,7 +544,7 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 				s.State, s.Started = running(), &t
 				// Like a real probe: without one a running container is ready;
 				// with one (the report's --check-ready) only once /pav/ready exists.
-				s.Ready = c.ReadinessProbe == nil || fileExists(dir, podrunner.FileReady)
+				s.Ready = c.ReadinessProbe == nil || fileExists(dir, report.FileReady)
 			} else {
 				s.State, s.Started, s.Ready = terminated(0, "Completed", ""), new(bool), true
 			}
@@ -623,7 +624,7 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	// SIGTERM to the sidecars: the report writes its message and exits 0.
 	msg := ""
 	if dir != "" {
-		msg = kubeletTruncate(podrunner.ReportMessage(dir, reportBudget(pod)), pod)
+		msg = kubeletTruncate(report.Message(dir, reportBudget(pod)), pod)
 	}
 	k.mutate(st, func(p *corev1.Pod) {
 		for i, c := range p.Spec.InitContainers {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/report"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -128,7 +129,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	p, _ := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 	r := find(p.Items[0].Status.InitContainerStatuses, podrunner.ReportContainer)
-	if files, err := podrunner.ParseReport(r.State.Terminated.Message); err != nil || files["handle"] != "h" {
+	if files, err := report.Parse(r.State.Terminated.Message); err != nil || files["handle"] != "h" {
 		t.Errorf("report %q: %v", r.State.Terminated.Message, err)
 	}
 }

@@ -1,4 +1,11 @@
-package podrunner
+// Package report is the protocol by which a pav pod hands what it left in
+// /pav (handle, capacity, topology, error) to the driver: Message encodes the
+// files as one JSON object within the kubelet's termination-message limits,
+// Parse decodes it, and Run is the report sidecar that writes it when the pod's
+// other containers are done. It imports nothing but the standard library, so
+// that the sidecar's binary (cmd/pav-report) starts in a millisecond and a
+// megabyte: every controller-side pod runs one.
+package report
 
 import (
 	"bytes"
@@ -18,6 +25,22 @@ import (
 	"unicode/utf8"
 )
 
+const (
+	// Dir is where pav mounts its volume in every container of its pods.
+	Dir = "/pav"
+	// TerminationLog is the kubelet's default termination-message path,
+	// which Run writes.
+	TerminationLog = "/dev/termination-log"
+	// MaxMessage is what the kubelet keeps of a termination-log file (its
+	// last 4096 bytes).
+	MaxMessage = 4096
+	// MaxBytesEnv tells the sidecar how large its message may be, when the
+	// pod's containers share the kubelet's 12 KiB for all their messages. It
+	// is an environment variable rather than a flag so that however the
+	// sidecar parses its flags, the budget reaches Run.
+	MaxBytesEnv = "PAV_REPORT_MAX_BYTES"
+)
+
 // The files a pod may leave in /pav that are reported to the driver.
 const (
 	FileHandle   = "handle"
@@ -26,15 +49,15 @@ const (
 	// FileTopology is where the creation pod says which topology segments
 	// the volume is reachable from (YAML or JSON).
 	FileTopology = "topology"
-	// FileReady is not reported: for KeepRunning pods it is probed (see Report).
+	// FileReady is not reported: for KeepRunning pods it is probed (see Run).
 	FileReady = "ready"
 )
 
-// reportedFiles are the files carried in the report, in the order they give
+// Files are the files carried in the report, in the order they give
 // way when the report is too large: error is truncated first (its tail is
 // kept), and topology/capacity/handle are dropped, never cut, since a cut
 // handle or topology would be silently wrong.
-var reportedFiles = []string{FileHandle, FileCapacity, FileTopology, FileError}
+var Files = []string{FileHandle, FileCapacity, FileTopology, FileError}
 
 // reportProblemKey is an extra report entry saying what could not be reported;
 // ParseReport turns it into an error.
@@ -47,7 +70,8 @@ var ErrNoReport = errors.New("no pav report (the report sidecar wrote no termina
 // truncatedMark starts a truncated error text.
 const truncatedMark = "…"
 
-// Report is the body of `pav report`, run by the report sidecar of every pav pod.
+// Run is the body of pav-report (and `pav report`), the report sidecar of
+// pav's controller-side pods.
 //
 // With checkReady (the readiness probe of KeepRunning pods) it returns 0 iff
 // dir/ready exists, 1 otherwise.
@@ -59,9 +83,9 @@ const truncatedMark = "…"
 // returns 0. The message stays within the kubelet's limit (4096 bytes, or less
 // when the pod has more than three containers: the budget comes from the
 // PAV_REPORT_MAX_BYTES variable BuildPod sets); the tail of error is kept.
-func Report(ctx context.Context, dir, terminationLog string, checkReady bool) int {
+func Run(ctx context.Context, dir, terminationLog string, checkReady bool) int {
 	if dir == "" {
-		dir = MountPath
+		dir = Dir
 	}
 	if checkReady {
 		if _, err := os.Stat(filepath.Join(dir, FileReady)); err == nil {
@@ -70,13 +94,13 @@ func Report(ctx context.Context, dir, terminationLog string, checkReady bool) in
 		return 1
 	}
 	if terminationLog == "" {
-		terminationLog = terminationLogPath
+		terminationLog = TerminationLog
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	<-ctx.Done()
 
-	msg := ReportMessage(dir, budgetFromEnv())
+	msg := Message(dir, budgetFromEnv())
 	if err := os.WriteFile(terminationLog, []byte(msg), 0o644); err != nil {
 		fmt.Fprintf(os.Stderr, "pav report: writing %s: %v\n", terminationLog, err)
 		return 1
@@ -86,21 +110,21 @@ func Report(ctx context.Context, dir, terminationLog string, checkReady bool) in
 
 // ReportCommand parses the arguments of `pav report` (--dir, --check-ready,
 // --termination-log) and runs Report; it returns the exit code.
-func ReportCommand(ctx context.Context, args []string) int {
+func Command(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("pav report", flag.ContinueOnError)
-	dir := fs.String("dir", MountPath, "directory whose files are reported")
+	dir := fs.String("dir", Dir, "directory whose files are reported")
 	checkReady := fs.Bool("check-ready", false, "exit 0 iff <dir>/ready exists (readiness probe)")
-	termLog := fs.String("termination-log", terminationLogPath, "file the report is written to")
+	termLog := fs.String("termination-log", TerminationLog, "file the report is written to")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	return Report(ctx, *dir, *termLog, *checkReady)
+	return Run(ctx, *dir, *termLog, *checkReady)
 }
 
 func budgetFromEnv() int {
-	n, err := strconv.Atoi(os.Getenv(reportMaxBytesEnv))
-	if err != nil || n <= 0 || n > maxTerminationMessage {
-		return maxTerminationMessage
+	n, err := strconv.Atoi(os.Getenv(MaxBytesEnv))
+	if err != nil || n <= 0 || n > MaxMessage {
+		return MaxMessage
 	}
 	return n
 }
@@ -108,10 +132,10 @@ func budgetFromEnv() int {
 // ReportMessage reads the reported files of dir and encodes them as a JSON
 // object of at most maxBytes bytes (what Report writes). Problems reading a file
 // are reported inside the message, so that the driver sees them.
-func ReportMessage(dir string, maxBytes int) string {
+func Message(dir string, maxBytes int) string {
 	files := map[string]string{}
 	var problems []string
-	for _, name := range reportedFiles {
+	for _, name := range Files {
 		// Keeping the tail of error is what matters; handle and capacity are
 		// small and read whole (up to the budget, to detect oversize).
 		s, err := readReportFile(filepath.Join(dir, name), maxBytes, name == FileError)
@@ -137,22 +161,28 @@ func (e errTooLarge) Error() string {
 }
 
 func readReportFile(path string, max int, tail bool) (string, error) {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", err
-		}
-		return "", fmt.Errorf("/pav/%s: %v", filepath.Base(path), err)
-	}
-	if !fi.Mode().IsRegular() {
-		// A symlink could point anywhere in the sidecar's file system.
-		return "", fmt.Errorf("/pav/%s is not a regular file", filepath.Base(path))
-	}
-	f, err := os.Open(path)
-	if err != nil {
+	// A symlink could point anywhere in the reader's file system: the
+	// sidecar's, or the node's for the node plugin, which reads its pods'
+	// /pav itself (hostdir.go). O_NOFOLLOW refuses one at open, so that
+	// nothing can swap it in between a check and the open; O_NONBLOCK keeps a
+	// FIFO from blocking the open before the regular-file check below.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", err
+	case errors.Is(err, syscall.ELOOP):
+		return "", fmt.Errorf("/pav/%s is not a regular file (a symbolic link)", filepath.Base(path))
+	case err != nil:
 		return "", fmt.Errorf("/pav/%s: %v", filepath.Base(path), err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("/pav/%s: %v", filepath.Base(path), err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("/pav/%s is not a regular file", filepath.Base(path))
+	}
 	size := fi.Size()
 	prefix := ""
 	if size > int64(max) {
@@ -233,6 +263,15 @@ func encodeReport(files map[string]string, problems []string, max int) string {
 }
 
 // tailRunes is the last n bytes of s, moved forward to a character boundary.
+// Tail is s if it fits in n bytes, else its last n bytes (whole characters)
+// behind the mark of a cut text: how pav shortens an error or a log.
+func Tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return truncatedMark + tailRunes(s, n)
+}
+
 func tailRunes(s string, n int) string {
 	i := len(s) - n
 	for i < len(s) && !utf8.RuneStart(s[i]) {
@@ -256,7 +295,7 @@ func marshalReport(m map[string]string) string {
 // (handle, capacity, topology, error: only those present). An empty message yields
 // ErrNoReport; a report that says some file could not be reported yields the
 // files it has and an error naming the problem.
-func ParseReport(msg string) (map[string]string, error) {
+func Parse(msg string) (map[string]string, error) {
 	files := map[string]string{}
 	if strings.TrimSpace(msg) == "" {
 		return files, ErrNoReport
@@ -265,7 +304,7 @@ func ParseReport(msg string) (map[string]string, error) {
 	if err := json.Unmarshal([]byte(msg), &m); err != nil {
 		return files, fmt.Errorf("invalid pav report %q: %w", abbreviate(msg, 200), err)
 	}
-	for _, name := range reportedFiles {
+	for _, name := range Files {
 		if v, ok := m[name]; ok {
 			files[name] = v
 		}

@@ -1,4 +1,4 @@
-package podrunner_test
+package report_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/pods-as-volumes/pav/podrunner"
+	"github.com/pods-as-volumes/pav/internal/report"
 )
 
 func writeFiles(t *testing.T, dir string, files map[string]string) {
@@ -84,11 +84,11 @@ func TestReportRoundTrip(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeFiles(t, dir, c.files)
-			msg := podrunner.ReportMessage(dir, c.budget)
+			msg := report.Message(dir, c.budget)
 			if len(msg) > c.budget {
 				t.Fatalf("message of %d bytes exceeds budget %d", len(msg), c.budget)
 			}
-			got, err := podrunner.ParseReport(msg)
+			got, err := report.Parse(msg)
 			if c.parseErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.parseErr) {
 					t.Fatalf("ParseReport error %v, want %q (msg %s)", err, c.parseErr, msg)
@@ -128,7 +128,7 @@ func TestReportUnreadableFiles(t *testing.T) {
 	if err := os.Symlink("/etc/hostname", filepath.Join(dir, "capacity")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := podrunner.ParseReport(podrunner.ReportMessage(dir, 4096))
+	got, err := report.Parse(report.Message(dir, 4096))
 	if err == nil || !strings.Contains(err.Error(), "/pav/handle is not a regular file") || !strings.Contains(err.Error(), "/pav/capacity") {
 		t.Fatalf("err %v", err)
 	}
@@ -138,13 +138,13 @@ func TestReportUnreadableFiles(t *testing.T) {
 }
 
 func TestParseReportErrors(t *testing.T) {
-	if _, err := podrunner.ParseReport(""); !errors.Is(err, podrunner.ErrNoReport) {
+	if _, err := report.Parse(""); !errors.Is(err, report.ErrNoReport) {
 		t.Errorf("empty: %v", err)
 	}
-	if _, err := podrunner.ParseReport(`{"handle": "x`); err == nil || errors.Is(err, podrunner.ErrNoReport) {
+	if _, err := report.Parse(`{"handle": "x`); err == nil || errors.Is(err, report.ErrNoReport) {
 		t.Errorf("truncated JSON: %v", err)
 	}
-	got, err := podrunner.ParseReport(`{"handle":"h","unknown":"u"}`)
+	got, err := report.Parse(`{"handle":"h","unknown":"u"}`)
 	if err != nil || len(got) != 1 || got["handle"] != "h" {
 		t.Errorf("got %v, %v", got, err)
 	}
@@ -152,14 +152,14 @@ func TestParseReportErrors(t *testing.T) {
 
 func TestReportCommand(t *testing.T) {
 	dir := t.TempDir()
-	if code := podrunner.Report(context.Background(), dir, "", true); code != 1 {
+	if code := report.Run(context.Background(), dir, "", true); code != 1 {
 		t.Errorf("check-ready without ready: %d", code)
 	}
 	writeFiles(t, dir, map[string]string{"ready": "", "handle": "h1", "error": strings.Repeat("e", 9000)})
-	if code := podrunner.ReportCommand(context.Background(), []string{"--dir=" + dir, "--check-ready"}); code != 0 {
+	if code := report.Command(context.Background(), []string{"--dir=" + dir, "--check-ready"}); code != 0 {
 		t.Errorf("check-ready with ready: %d", code)
 	}
-	if code := podrunner.ReportCommand(context.Background(), []string{"--bogus"}); code != 2 {
+	if code := report.Command(context.Background(), []string{"--bogus"}); code != 2 {
 		t.Errorf("bad flag: %d", code)
 	}
 
@@ -168,7 +168,7 @@ func TestReportCommand(t *testing.T) {
 	termLog := filepath.Join(t.TempDir(), "termination-log")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
-	go func() { done <- podrunner.ReportCommand(ctx, []string{"--dir=" + dir, "--termination-log=" + termLog}) }()
+	go func() { done <- report.Command(ctx, []string{"--dir=" + dir, "--termination-log=" + termLog}) }()
 	select {
 	case code := <-done:
 		t.Fatalf("returned %d before being stopped", code)
@@ -185,23 +185,8 @@ func TestReportCommand(t *testing.T) {
 	if len(msg) > 1000 {
 		t.Errorf("report of %d bytes ignores the budget", len(msg))
 	}
-	files, err := podrunner.ParseReport(string(msg))
+	files, err := report.Parse(string(msg))
 	if err != nil || files["handle"] != "h1" || !strings.HasPrefix(files["error"], "…e") {
 		t.Errorf("files %v, err %v", files, err)
-	}
-}
-
-func TestPodFailureError(t *testing.T) {
-	f := &podrunner.PodFailure{
-		Phase: "creation", Pod: "pav-hello-creation-3f2a", Namespace: "default", PodPhase: "Failed", Reason: "Error",
-		ExitCodes: map[string]int32{"main": 3, "aux": 1}, ErrorFile: "disk quota exceeded\n", LogTail: "ignored",
-	}
-	want := `creation pod default/pav-hello-creation-3f2a failed (phase Failed, reason Error): container "aux" exited with code 1; container "main" exited with code 3; /pav/error: disk quota exceeded`
-	if f.Error() != want {
-		t.Errorf("got  %s\nwant %s", f.Error(), want)
-	}
-	f.ErrorFile = ""
-	if !strings.HasSuffix(f.Error(), "; log tail: ignored") {
-		t.Errorf("no log tail: %s", f.Error())
 	}
 }
