@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
+
 	"github.com/pods-as-volumes/pav/internal/driver"
 )
 
@@ -27,6 +29,8 @@ func runDriver(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "where pods whose template names no namespace go (default: this pod's namespace, $POD_NAMESPACE, else pav)")
 	fs.StringVar(&o.ReportImage, "report-image", "", "image of the report sidecar added to every pod (default: this pod's own pav image)")
 	fs.StringVar(&o.StateDir, "state-dir", "", "node: host directory for per-volume state (default /var/lib/kubelet/plugins/NAME/volumes)")
+	o.Rate = kubeconfig.DefaultRate
+	o.Rate.AddFlags(fs)
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity: 2 logs every CSI call, 5 also requests and responses (secrets stripped)")

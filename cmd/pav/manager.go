@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
+
 	"github.com/pods-as-volumes/pav/internal/manager"
 )
 
@@ -33,6 +35,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&o.Overrides.ImagePullPolicy, "image-pull-policy", "", "override imagePullPolicy: Always, IfNotPresent or Never")
 	fs.IntVar(&o.Overrides.LogLevel, "log-level", -1, "override logLevel: the drivers' and sidecars' --v")
 	fs.DurationVar(&o.Overrides.PodTimeout, "pod-timeout", -1, "override podTimeout: the drivers' --pod-timeout")
+	o.Rate = kubeconfig.DefaultRate
+	o.Rate.AddFlags(fs)
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "the manager's own log verbosity: 2 logs every apply and deletion")

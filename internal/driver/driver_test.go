@@ -18,10 +18,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/identity"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -179,5 +183,34 @@ func TestProbes(t *testing.T) {
 	}
 	if code, _ := get("/metrics"); code != 200 {
 		t.Errorf("/metrics = %d", code)
+	}
+}
+
+// Readiness asks the API server at most once per apiCheckInterval while it
+// answers (the kubelet probes every 5 s on every node), and at every check
+// while it does not.
+func TestReadinessAsksTheAPIServerOncePerInterval(t *testing.T) {
+	client := fake.NewClientset()
+	var asked int
+	client.PrependReactor("get", "version", func(k8stesting.Action) (bool, runtime.Object, error) {
+		asked++
+		return false, nil, nil
+	})
+	now := time.Unix(1000, 0)
+	r := newReadiness(provisioner.Static{P: &v1alpha1.PavProvisioner{}}, client)
+	r.now = func() time.Time { return now }
+	for i, step := range []struct {
+		advance time.Duration
+		want    int
+	}{
+		{0, 1}, {5 * time.Second, 1}, {50 * time.Second, 1}, {10 * time.Second, 2}, {5 * time.Second, 2},
+	} {
+		now = now.Add(step.advance)
+		if err := r.check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if asked != step.want {
+			t.Errorf("check %d: the API server was asked %d times, want %d", i, asked, step.want)
+		}
 	}
 }

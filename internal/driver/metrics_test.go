@@ -12,6 +12,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 )
 
 // TestAPIRequestMetrics: a request made through the clients the driver builds
@@ -33,7 +35,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kube, _, err := NewClients(kc, "test")
+	kube, _, err := NewClients(kc, kubeconfig.Rate{}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

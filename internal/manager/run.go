@@ -36,7 +36,9 @@ type Options struct {
 	LeaderElect  bool
 	LeaseName    string
 	Workers      int
-	Version      string
+	// Rate limits the manager's API requests (--kube-api-qps, --kube-api-burst).
+	Rate    kubeconfig.Rate
+	Version string
 }
 
 // Validate names the flag to fix.
@@ -48,6 +50,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
 	case o.LeaderElect && o.LeaseName == "":
 		return errors.New("--lease-name is required with --leader-elect")
+	case o.Rate != (kubeconfig.Rate{}):
+		return o.Rate.Validate()
 	}
 	return nil
 }
@@ -78,7 +82,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
-	cfg, err := kubeconfig.Load(o.Kubeconfig)
+	cfg, err := kubeconfig.Load(o.Kubeconfig, o.Rate)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,27 @@
+package kubeconfig
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Every client built from the config shares one token bucket: the rate is
+// the process's, not each client's.
+func TestLoadSharesOneRateLimiter(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"+
+		"users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(kc, Rate{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RateLimiter == nil || cfg.RateLimiter.QPS() != float32(DefaultRate.QPS) || cfg.Burst != DefaultRate.Burst {
+		t.Fatalf("rate limiter %v, burst %d; want one bucket at %v/%d", cfg.RateLimiter, cfg.Burst, DefaultRate.QPS, DefaultRate.Burst)
+	}
+	if err := (Rate{QPS: 0, Burst: 1}).Validate(); err == nil {
+		t.Error("a zero QPS passed")
+	}
+}
