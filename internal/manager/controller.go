@@ -88,17 +88,20 @@ func New(cfg Config) (*Controller, error) {
 
 	// CSIDrivers are few; all of them are watched, so that a driver of the same
 	// name that pav did not make is seen (and never taken over).
-	all := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithTransform(dropManagedFields))
+	all := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0)
 	csiInf := all.Storage().V1().CSIDrivers()
 	c.csiDrivers = csiInf.Lister()
 	pvInf := all.Core().V1().PersistentVolumes().Informer()
+	if err := pvInf.SetTransform(slim); err != nil {
+		return nil, err
+	}
 	if err := pvInf.AddIndexers(cache.Indexers{indexByDriver: pvByDriver}); err != nil {
 		return nil, err
 	}
 	c.pvs = pvInf.GetIndexer()
 
 	// Only pav's operation pods (they carry the provisioner label).
-	podsF := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithTransform(dropManagedFields),
+	podsF := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithTransform(slim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = podrunner.LabelProvisioner }))
 	podInf := podsF.Core().V1().Pods().Informer()
 	if err := podInf.AddIndexers(cache.Indexers{indexByProvisioner: podByProvisioner}); err != nil {
@@ -110,6 +113,9 @@ func New(cfg Config) (*Controller, error) {
 	// creation is done, also while no PV exists (creation in progress, a PV deleted
 	// behind the driver's back).
 	volInf := dyn.ForResource(v1alpha1.VolumeGroupVersionResource).Informer()
+	if err := volInf.SetTransform(slim); err != nil {
+		return nil, err
+	}
 	if err := volInf.AddIndexers(cache.Indexers{indexByProvisioner: recordByProvisioner}); err != nil {
 		return nil, err
 	}
@@ -117,6 +123,9 @@ func New(cfg Config) (*Controller, error) {
 	// And of snapshots (PavSnapshots): a snapshot outlives its volume, and only
 	// the driver can delete it.
 	snapInf := dyn.ForResource(v1alpha1.SnapshotGroupVersionResource).Informer()
+	if err := snapInf.SetTransform(slim); err != nil {
+		return nil, err
+	}
 	if err := snapInf.AddIndexers(cache.Indexers{indexByProvisioner: recordByProvisioner}); err != nil {
 		return nil, err
 	}
@@ -266,16 +275,4 @@ func podKeys(o any) []string {
 		return []string{m.GetLabels()[podrunner.LabelProvisioner]}
 	}
 	return nil
-}
-
-// dropManagedFields halves the memory of cached PVs and pods, which the manager
-// only counts. (CSIDrivers keep theirs: the manager reads what it owns from them.)
-func dropManagedFields(o any) (any, error) {
-	switch t := o.(type) {
-	case *corev1.PersistentVolume:
-		t.ManagedFields = nil
-	case *corev1.Pod:
-		t.ManagedFields = nil
-	}
-	return o, nil
 }

@@ -278,13 +278,8 @@ func (f *fixture) cacheDiff() string {
 		return string(b)
 	}
 	strip := func(items []any) []any {
-		for _, o := range items {
-			if acc, err := meta.Accessor(o); err == nil {
-				switch o.(type) {
-				case *corev1.PersistentVolume, *corev1.Pod:
-					acc.SetManagedFields(nil) // the informers drop them
-				}
-			}
+		for i, o := range items {
+			items[i], _ = slim(o) // what the informers keep of PVs and pods
 		}
 		return items
 	}
