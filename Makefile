@@ -9,6 +9,8 @@
 #   make e2e           bring the local cluster up if needed, install pav, run test/e2e
 #   make bench-e2e     pav vs bare pods, memory, API requests per volume on the local
 #                      cluster (BENCH_N=20,100 BENCH_REPS=5); prints a table
+#   make bench-scale   pav's controller side with SCALE_NODES (1000) nodes simulated by
+#                      kwok: SCALE_PVCS (1000) PVCs at once, Bound, then deleted; prints a table
 #   make demo          build, cluster up, install pav, apply hello-world, provision a
 #                      volume and print what a pod reads from it
 #   make manifests     render deploy/pav.yaml from deploy/ (kustomize)
@@ -44,6 +46,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags bench ./test/bench
+	$(GO) vet -tags scale ./test/scale
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -63,7 +66,7 @@ manifests:
 
 # Local cluster targets (run as root):
 #   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity,
-#                      csi-snapshotter, snapshot-controller
+#                      csi-snapshotter, snapshot-controller, kwok
 #                      into _output/bin (hack/build-tools.sh; ≈10 min cold, skips what is
 #                      up to date) after installing the Debian packages (hack/install-deps.sh)
 #   make images        build the pav.local/*:dev (pav, the test stand-ins, the examples'
@@ -81,6 +84,7 @@ CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL     := $(CURDIR)/_output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig
 
 .PHONY: tools images cluster-up cluster-down install deploy-e2e e2e-setup e2e bench-e2e demo
+.PHONY: bench-scale
 
 tools:
 	hack/install-deps.sh
@@ -113,6 +117,7 @@ e2e-setup: tools cluster-up images deploy-e2e
 # minute) so that the benchmark cannot rot; its figures mean nothing.
 e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=2 PAV_BENCH_REPS=1 $(GO) test -tags bench -count=1 -timeout 10m -v -run '^TestBench$$' ./test/bench/
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=20 PAV_SCALE_PVCS=10 PAV_SCALE_TIMEOUT=5m $(GO) test -tags scale -count=1 -timeout 10m -v -run '^TestScale$$' ./test/scale/
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig $(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/
 
 # bench-e2e: pav's overhead over bare pods, its memory and API requests per
@@ -122,6 +127,16 @@ BENCH_N    ?= 20
 BENCH_REPS ?= 5
 bench-e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=$(BENCH_N) PAV_BENCH_REPS=$(BENCH_REPS) $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestBench$$' ./test/bench/
+
+# bench-scale: pav's controller side at scale, simulated (test/scale; README
+# "Performance"): kwok simulates SCALE_NODES nodes against the real local API server,
+# SCALE_PVCS claims are created at once (their validation and creation pods completed by
+# kwok), Bound, then deleted; prints throughput, each step's timeline, memory and CPU,
+# pav's and the API server's requests. make e2e runs a smoke form (20 nodes, 10 PVCs).
+SCALE_NODES ?= 1000
+SCALE_PVCS  ?= 1000
+bench-scale: e2e-setup
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=$(SCALE_NODES) PAV_SCALE_PVCS=$(SCALE_PVCS) $(GO) test -tags scale -count=1 -timeout 120m -v -run '^TestScale$$' ./test/scale/
 
 # demo: what a user does: install pav, apply one PavProvisioner, use it.
 demo: tools cluster-up images

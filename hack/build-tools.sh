@@ -15,6 +15,8 @@
 #   etcd                           etcd v3.6.8                        (hack/tools/etcd)
 #   rclone                         rclone v1.76.0, the subset the object-bucket example uses
 #                                  (hack/tools/rclone: local and S3 backends, serve s3, mount)
+#   kwok                           kwok v0.8.0, the controller that simulates nodes and pods
+#                                  (hack/tools/kwok; test/scale, make bench-scale)
 # All are static (CGO_ENABLED=0). Idempotent: a group is rebuilt only when one of its
 # binaries is missing or its stamp (hash of go.mod, go.sum, Go version and flags) changed;
 # --force (or FORCE=1) rebuilds everything. Builds run one after another under `nice -n 10`.
@@ -99,5 +101,8 @@ build etcd "$TOOLS/etcd" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_V
 
 build rclone "$TOOLS/rclone" "-s -w -X github.com/rclone/rclone/fs.VersionSuffix=" "" \
   .=rclone
+
+build kwok "$TOOLS/kwok" "-s -w" "" \
+  sigs.k8s.io/kwok/cmd/kwok=kwok
 
 log "binaries in $BIN"
