@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 )
@@ -545,3 +547,55 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// recordingQueue records what is queued, now and later.
+type recordingQueue struct {
+	workqueue.TypedRateLimitingInterface[string]
+	mu           sync.Mutex
+	now, delayed []string
+}
+
+func (q *recordingQueue) Add(k string) { q.mu.Lock(); q.now = append(q.now, k); q.mu.Unlock() }
+func (q *recordingQueue) AddAfter(k string, _ time.Duration) {
+	q.mu.Lock()
+	q.delayed = append(q.delayed, k)
+	q.mu.Unlock()
+}
+
+// Which events reconcile a provisioner: its own objects always; PVs coming and
+// going (status.volumes) after volumeCountDelay; PV updates, pav's pods and
+// records only while it is being deleted (the deletion guard).
+func TestEventRouting(t *testing.T) {
+	f := newFixture(t, Settings{})
+	f.create(provisioner("live", "uid-1", 1))
+	f.create(provisioner("leaving", "uid-2", 1))
+	f.markDeleted("leaving")
+	for _, tc := range []struct {
+		name         string
+		provisioner  string
+		route        routing
+		arrival      bool
+		now, delayed bool
+	}{
+		{"own object", "live", always, false, true, false},
+		{"PV created", "live", counted, true, false, true},
+		{"PV updated", "live", counted, false, false, false},
+		{"pod or record", "live", guarding, true, false, false},
+		{"pod or record updated", "live", guarding, false, false, false},
+		{"unknown provisioner's pod", "gone", guarding, true, false, false},
+		{"PV created, provisioner being deleted", "leaving", counted, true, true, false},
+		{"PV updated, provisioner being deleted", "leaving", counted, false, true, false},
+		{"pod or record, provisioner being deleted", "leaving", guarding, false, true, false},
+	} {
+		q := &recordingQueue{}
+		c := *f.c
+		c.queue = q
+		c.route(tc.provisioner, tc.route, tc.arrival)
+		if got := len(q.now) == 1; got != tc.now {
+			t.Errorf("%s: queued now %v, want %v", tc.name, q.now, tc.now)
+		}
+		if got := len(q.delayed) == 1; got != tc.delayed {
+			t.Errorf("%s: queued later %v, want %v", tc.name, q.delayed, tc.delayed)
+		}
+	}
+}
