@@ -54,15 +54,25 @@ type options struct {
 	httpEndpoint            string
 }
 
-func main() {
-	klog.InitFlags(nil)
+// parseFlags parses args (without the program name) as
+// node-driver-registrar would, klog's flags (--v) included.
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("csi-node-driver-registrar", flag.ContinueOnError)
+	klog.InitFlags(fs)
 	var o options
-	flag.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Path of the CSI driver socket inside this container.")
-	flag.StringVar(&o.kubeletRegistrationPath, "kubelet-registration-path", "", "Path of the CSI driver socket on the host (what the kubelet dials).")
-	flag.StringVar(&o.pluginRegistrationPath, "plugin-registration-path", "/registration", "Directory the kubelet watches for plugin registration sockets.")
-	flag.DurationVar(&o.timeout, "timeout", time.Second, "Timeout of each CSI call.")
-	flag.StringVar(&o.httpEndpoint, "http-endpoint", "", "If set, serve /healthz on this address (e.g. :9809).")
-	flag.Parse()
+	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Path of the CSI driver socket inside this container.")
+	fs.StringVar(&o.kubeletRegistrationPath, "kubelet-registration-path", "", "Path of the CSI driver socket on the host (what the kubelet dials).")
+	fs.StringVar(&o.pluginRegistrationPath, "plugin-registration-path", "/registration", "Directory the kubelet watches for plugin registration sockets.")
+	fs.DurationVar(&o.timeout, "timeout", time.Second, "Timeout of each CSI call.")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "If set, serve /healthz on this address (e.g. :9809).")
+	return o, fs.Parse(args)
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		os.Exit(2)
+	}
 
 	if err := o.validate(); err != nil {
 		klog.ErrorS(err, "Invalid flags")
@@ -72,7 +82,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	err := run(ctx, o, func(code int) { os.Exit(code) })
+	err = run(ctx, o, func(code int) { os.Exit(code) })
 	if err != nil && !errors.Is(err, context.Canceled) {
 		klog.ErrorS(err, "Registrar failed")
 		os.Exit(1)

@@ -7,7 +7,8 @@
 //
 // It does what external-resizer v2 does for the cases pav needs, with the same flags
 // (--csi-address, --timeout, --leader-election, --leader-election-namespace,
-// --http-endpoint, --kubeconfig, --v; --workers):
+// --http-endpoint, --kubeconfig, --kube-api-qps, --kube-api-burst, --v; --workers;
+// a test parses the arguments deploy/provisioner gives the real one):
 //
 //   - at start it asks the driver its name (GetPluginInfo) and exits non-zero unless
 //     it serves ControllerExpandVolume (EXPAND_VOLUME), as the real sidecar does;
@@ -58,26 +59,53 @@ import (
 	"k8s.io/klog/v2"
 )
 
-func main() {
-	klog.InitFlags(nil)
-	csiAddress := flag.String("csi-address", "/run/csi/socket", "Path of the CSI driver socket.")
-	timeout := flag.Duration("timeout", 10*time.Second, "Timeout of each CSI call.")
-	leaderElection := flag.Bool("leader-election", false, "Run only while holding a Lease (one active replica).")
-	leNamespace := flag.String("leader-election-namespace", "", "Namespace of the Lease (default: the pod's).")
-	httpEndpoint := flag.String("http-endpoint", "", "If set, serve /healthz on this address.")
-	kubeconfig := flag.String("kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
-	workers := flag.Int("workers", 10, "Claims resized at once.")
-	flag.Parse()
+// options are the flags, named as external-resizer names them.
+type options struct {
+	csiAddress     string
+	timeout        time.Duration
+	leaderElection bool
+	leNamespace    string
+	httpEndpoint   string
+	kubeconfig     string
+	qps            float64
+	burst          int
+	workers        int
+}
 
+// parseFlags parses args (without the program name) as external-resizer
+// would, klog's flags (--v) included.
+func parseFlags(args []string) (*options, error) {
+	fs := flag.NewFlagSet("csi-resizer", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	o := &options{}
+	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Path of the CSI driver socket.")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
+	fs.BoolVar(&o.leaderElection, "leader-election", false, "Run only while holding a Lease (one active replica).")
+	fs.StringVar(&o.leNamespace, "leader-election-namespace", "", "Namespace of the Lease (default: the pod's).")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "If set, serve /healthz on this address.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
+	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS of the client to the API server.")
+	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst of the client to the API server.")
+	fs.IntVar(&o.workers, "workers", 10, "Claims resized at once.")
+	return o, fs.Parse(args)
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, *csiAddress, *timeout, *leaderElection, *leNamespace, *httpEndpoint, *kubeconfig, *workers); err != nil {
+	if err := run(ctx, o); err != nil {
 		klog.ErrorS(err, "resizer failed")
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, csiAddress string, timeout time.Duration, le bool, leNamespace, httpEndpoint, kubeconfig string, workers int) error {
+func run(ctx context.Context, o *options) error {
+	csiAddress, timeout, le, leNamespace, httpEndpoint, kubeconfig, workers :=
+		o.csiAddress, o.timeout, o.leaderElection, o.leNamespace, o.httpEndpoint, o.kubeconfig, o.workers
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -88,6 +116,7 @@ func run(ctx context.Context, csiAddress string, timeout time.Duration, le bool,
 	if err != nil {
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
