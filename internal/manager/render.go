@@ -144,6 +144,11 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		if c.driver && s.PodTimeout != nil {
 			ct.Args = setArg(ct.Args, "--pod-timeout", s.PodTimeout.Duration.String())
 		}
+		// The registrar alone makes no API request (and has no such flag).
+		if a := s.KubeAPI; a != nil && c.name != containerRegistrar {
+			ct.Args = setArg(ct.Args, "--kube-api-qps", strconv.FormatFloat(a.QPS, 'f', -1, 64))
+			ct.Args = setArg(ct.Args, "--kube-api-burst", strconv.Itoa(a.Burst))
+		}
 	}
 	if sel := s.NodePlugin.NodeSelector; sel != nil {
 		node.NodeSelector = nil

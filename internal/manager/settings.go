@@ -24,8 +24,20 @@ type Settings struct {
 	LogLevel *int `json:"logLevel,omitempty"`
 	// PodTimeout is the drivers' --pod-timeout.
 	PodTimeout *PodTimeout `json:"podTimeout,omitempty"`
-	NodePlugin NodePlugin  `json:"nodePlugin,omitempty"`
-	Resources  Resources   `json:"resources,omitempty"`
+	// KubeAPI is the API client rate of the drivers and of the sidecars that
+	// talk to the API server (their --kube-api-qps and --kube-api-burst).
+	KubeAPI    *KubeAPI   `json:"kubeAPI,omitempty"`
+	NodePlugin NodePlugin `json:"nodePlugin,omitempty"`
+	Resources  Resources  `json:"resources,omitempty"`
+}
+
+// KubeAPI is a client rate: qps requests a second sustained, burst at once.
+// Every process has its own: at 1,000 volumes created at once, the controller
+// plugin's (some 14 requests a creation) bounds how fast PVs appear, and a
+// cluster whose control plane takes more raises it here.
+type KubeAPI struct {
+	QPS   float64 `json:"qps"`
+	Burst int     `json:"burst"`
 }
 
 // PodTimeout is a Go duration ("10m", "90s"; "0s": no limit).
@@ -112,6 +124,9 @@ func (s Settings) Validate() error {
 	}
 	if s.LogLevel != nil && (*s.LogLevel < 0 || *s.LogLevel > 10) {
 		return fmt.Errorf("logLevel must be between 0 and 10, got %d", *s.LogLevel)
+	}
+	if a := s.KubeAPI; a != nil && (a.QPS <= 0 || a.Burst < 1) {
+		return fmt.Errorf("kubeAPI needs qps above 0 and burst of at least 1, got qps %v, burst %d", a.QPS, a.Burst)
 	}
 	if s.PodTimeout != nil && s.PodTimeout.Duration < 0 {
 		return fmt.Errorf("podTimeout must not be negative (0s means no limit), got %v", s.PodTimeout.Duration)

@@ -96,6 +96,23 @@ func TestRenderAppliesSettings(t *testing.T) {
 				}
 			}
 		}},
+		{"API client rate of every container that talks to the API", Settings{KubeAPI: &KubeAPI{QPS: 200.5, Burst: 400}}, func(t *testing.T, o *Objects) {
+			for name, c := range containers(o) {
+				var got []string
+				for _, a := range c.Args {
+					if strings.HasPrefix(a, "--kube-api-") {
+						got = append(got, a)
+					}
+				}
+				want := []string{"--kube-api-qps=200.5", "--kube-api-burst=400"}
+				if name == "node/node-driver-registrar" {
+					want = nil
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("%s: %v, want %v", name, got, want)
+				}
+			}
+		}},
 		{"node selector and tolerations", Settings{NodePlugin: NodePlugin{NodeSelector: map[string]string{"disk": "yes"},
 			Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpEqual, Value: "x", Effect: corev1.TaintEffectNoSchedule}}}},
 			func(t *testing.T, o *Objects) {
@@ -160,6 +177,8 @@ func TestSettingsErrors(t *testing.T) {
 		{"imagePullPolicy: Sometimes\n", "imagePullPolicy must be Always, IfNotPresent or Never"},
 		{"logLevel: 11\n", "logLevel must be between 0 and 10"},
 		{"podTimeout: -1m\n", "podTimeout must not be negative"},
+		{"kubeAPI: {qps: 0, burst: 10}\n", "kubeAPI needs qps above 0 and burst of at least 1, got qps 0, burst 10"},
+		{"kubeAPI: {qps: 20}\n", "kubeAPI needs qps above 0 and burst of at least 1, got qps 20, burst 0"},
 		{"podTimeout: soon\n", `podTimeout must be a duration such as 10m or 90s, got "soon"`},
 		{"resources: {node: {requests: {memory: 2Gi}, limits: {memory: 1Gi}}}\n", "resources.node: the memory request 2Gi is above its limit 1Gi"},
 	} {
