@@ -269,29 +269,14 @@ func (p *proc) rss() int64 { return p.status("VmRSS") }
 // sample records each process's peak RSS until stopped (stop may be called
 // more than once).
 func sample(procs []*proc) (stop func()) {
-	done := make(chan struct{})
-	var once sync.Once
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			for _, p := range procs {
-				r := p.rss()
-				p.mu.Lock()
-				p.peak = max(p.peak, r)
-				p.mu.Unlock()
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
+	return procstat.Every(100*time.Millisecond, func() {
+		for _, p := range procs {
+			r := p.rss()
+			p.mu.Lock()
+			p.peak = max(p.peak, r)
+			p.mu.Unlock()
 		}
-	}()
-	return func() { once.Do(func() { close(done); wg.Wait() }) }
+	})
 }
 
 // scrapeAll reads rest_client_requests_total (all codes, methods, hosts) of

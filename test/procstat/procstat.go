@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Status reads a "kB" field of /proc/PID/status (VmRSS, RssAnon, VmHWM, …)
@@ -27,4 +29,27 @@ func Status(pid int, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// Every calls sample now and then every period, on its own goroutine, until
+// the returned stop is called; stop waits for a running sample to end and may
+// be called more than once. The benchmarks sample RSS with it: the peak of a
+// phase, which VmHWM (the peak since the process started) cannot tell.
+func Every(period time.Duration, sample func()) (stop func()) {
+	done := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			sample()
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }

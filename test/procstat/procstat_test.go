@@ -2,7 +2,9 @@ package procstat
 
 import (
 	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestStatus(t *testing.T) {
@@ -14,5 +16,22 @@ func TestStatus(t *testing.T) {
 	}
 	if v := Status(-1, "VmRSS"); v != 0 {
 		t.Errorf("missing process: %d", v)
+	}
+}
+
+// Every samples at once, keeps sampling until stopped, and never after stop
+// returns, however often stop is called.
+func TestEvery(t *testing.T) {
+	var n atomic.Int32
+	stop := Every(time.Millisecond, func() { n.Add(1) })
+	for n.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	stop()
+	stop()
+	after := n.Load()
+	time.Sleep(10 * time.Millisecond)
+	if n.Load() != after {
+		t.Errorf("sampled %d times after stop", n.Load()-after)
 	}
 }

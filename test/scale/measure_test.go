@@ -172,29 +172,14 @@ func (s *sim) findProcs(ctx context.Context) {
 
 // sample records every process's peak RSS until stopped (stop may be called twice).
 func (s *sim) sample() (stop func()) {
-	done := make(chan struct{})
-	var once sync.Once
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			for _, p := range s.procs {
-				r := p.rss()
-				p.mu.Lock()
-				p.peak = max(p.peak, r)
-				p.mu.Unlock()
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
+	return procstat.Every(250*time.Millisecond, func() {
+		for _, p := range s.procs {
+			r := p.rss()
+			p.mu.Lock()
+			p.peak = max(p.peak, r)
+			p.mu.Unlock()
 		}
-	}()
-	return func() { once.Do(func() { close(done); wg.Wait() }) }
+	})
 }
 
 // A metrics sample: its labels and value.
