@@ -38,6 +38,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/pods-as-volumes/pav/test/procstat"
 )
 
 const (
@@ -159,8 +161,11 @@ func TestBench(t *testing.T) {
 	for _, p := range procs {
 		p.idle = p.rss()
 		// What idle RSS is made of: the heap and stacks (anonymous) and the
-		// binary's pages read so far (file-backed, shared with nothing else).
+		// binary's pages mapped so far (file-backed: the page cache of the
+		// one image file, shared by every pav process of the node, which PSS
+		// divides among them).
 		p.idleAnon, p.idleFile = p.status("RssAnon"), p.status("RssFile")
+		p.idlePSS = procstat.Rollup(p.pid, "Pss")
 	}
 	sc := storageClass(t, ctx, nil)
 	// pav-e2e's tmpfs scenario: the staging pod mounts, creates /pav/ready
@@ -178,7 +183,7 @@ func TestBench(t *testing.T) {
 				}
 				return "PASS"
 			}
-			tab.add(row{"(e) RSS idle: " + p.name, fmt.Sprintf("%.1f MiB (anon %.1f, file %.1f)", float64(p.idle)/mib, float64(p.idleAnon)/mib, float64(p.idleFile)/mib),
+			tab.add(row{"(e) RSS idle: " + p.name, fmt.Sprintf("%.1f MiB (anon %.1f, file %.1f; PSS %.1f)", float64(p.idle)/mib, float64(p.idleAnon)/mib, float64(p.idleFile)/mib, float64(p.idlePSS)/mib),
 				"", "", fmt.Sprintf("≤ %d MiB", targetIdleRSS/mib), verdict(p.idle, targetIdleRSS)})
 			tab.add(row{fmt.Sprintf("(e) RSS peak during the N-at-once cases (N=%v): %s", ns, p.name), fmt.Sprintf("%.1f MiB", float64(p.peak)/mib), "", "",
 				fmt.Sprintf("≤ %d MiB", targetLoadedRSS/mib), verdict(p.peak, targetLoadedRSS)})

@@ -239,8 +239,9 @@ type proc struct {
 	pid           int
 	mu            sync.Mutex
 	idle, peak    int64
-	// idleAnon and idleFile split idle into anonymous and file-backed pages.
-	idleAnon, idleFile int64
+	// idleAnon and idleFile split idle into anonymous and file-backed pages;
+	// idlePSS is its proportional set size (shared pages divided).
+	idleAnon, idleFile, idlePSS int64
 }
 
 func findProcs(t *testing.T) []*proc {

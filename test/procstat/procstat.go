@@ -16,7 +16,21 @@ import (
 // Status reads a "kB" field of /proc/PID/status (VmRSS, RssAnon, VmHWM, …)
 // in bytes; 0 if the process or the field is not there.
 func Status(pid int, key string) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	return kbField(fmt.Sprintf("/proc/%d/status", pid), key)
+}
+
+// Rollup reads a "kB" field of /proc/PID/smaps_rollup (Pss, Pss_Anon,
+// Pss_File, …) in bytes; 0 if the process or the field is not there. PSS
+// counts each page shared with other processes divided by how many map it:
+// the pages of pav's binary, mapped by every pav process of a node, weigh in
+// RSS whole in each of them.
+func Rollup(pid int, key string) int64 {
+	return kbField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), key)
+}
+
+// kbField reads the field key ("Key:   123 kB") of a /proc file, in bytes.
+func kbField(path, key string) int64 {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}

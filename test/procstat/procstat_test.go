@@ -17,6 +17,9 @@ func TestStatus(t *testing.T) {
 	if v := Status(-1, "VmRSS"); v != 0 {
 		t.Errorf("missing process: %d", v)
 	}
+	if pss, rss := Rollup(os.Getpid(), "Pss"), Rollup(os.Getpid(), "Rss"); pss <= 0 || pss > rss {
+		t.Errorf("Pss %d, Rss %d of this process", pss, rss)
+	}
 }
 
 // Every samples at once, keeps sampling until stopped, and never after stop
