@@ -25,7 +25,7 @@ import (
 // waits for its volume to be staged; and the node would need the pav image.
 //
 // What a pod leaves there is input: the files are opened without following
-// symlinks and must be regular (readReportFile), and a new pod's outcome must
+// symlinks and must be regular (report.Read, the rules of the sidecar's report), and a new pod's outcome must
 // not be read from an earlier pod's files, which ClearHostReport removes.
 
 // clearedFiles are the files ClearHostReport removes: the reported ones, and
@@ -45,12 +45,6 @@ func ClearHostReport(dir string) error {
 		}
 	}
 	return nil
-}
-
-// hostReport reads the files a node pod left in its host directory, with the
-// same limits and rules as the report sidecar (report.Message, report.Parse).
-func hostReport(dir string) (map[string]string, error) {
-	return report.Parse(report.Message(dir, report.MaxMessage))
 }
 
 // hostReady reports whether a node pod has signalled ready: dir/ready exists,

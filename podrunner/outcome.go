@@ -112,7 +112,7 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 	case corev1.PodSucceeded, corev1.PodFailed:
 		if op.HostPath != "" {
 			// A node pod: no sidecar, the node plugin reads /pav itself.
-			files, perr := hostReport(op.HostPath)
+			files, perr := report.Read(op.HostPath, report.MaxMessage)
 			return finishedVerdict(op, pod, files, perr)
 		}
 		msg, have := "", false

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,10 +59,10 @@ const (
 var Files = []string{FileHandle, FileCapacity, FileTopology, FileError}
 
 // reportProblemKey is an extra report entry saying what could not be reported;
-// ParseReport turns it into an error.
+// Parse turns it into an error.
 const reportProblemKey = "reportProblem"
 
-// ErrNoReport is returned by ParseReport for an empty termination message: the
+// ErrNoReport is returned by Parse for an empty termination message: the
 // report sidecar never wrote one (it was killed, or never ran).
 var ErrNoReport = errors.New("no pav report (the report sidecar wrote no termination message)")
 
@@ -108,8 +107,8 @@ func Run(ctx context.Context, dir, terminationLog string, checkReady bool) int {
 	return 0
 }
 
-// ReportCommand parses the arguments of `pav report` (--dir, --check-ready,
-// --termination-log) and runs Report; it returns the exit code.
+// Command parses the arguments of pav-report and `pav report` (--dir,
+// --check-ready, --termination-log) and runs Run; it returns the exit code.
 func Command(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("pav report", flag.ContinueOnError)
 	dir := fs.String("dir", Dir, "directory whose files are reported")
@@ -129,16 +128,39 @@ func budgetFromEnv() int {
 	return n
 }
 
-// ReportMessage reads the reported files of dir and encodes them as a JSON
-// object of at most maxBytes bytes (what Report writes). Problems reading a file
-// are reported inside the message, so that the driver sees them.
+// Message reads the reported files of dir (readFiles) and encodes them as a
+// JSON object of at most maxBytes bytes (what Run writes). Problems reading a
+// file are reported inside the message, so that the driver sees them.
 func Message(dir string, maxBytes int) string {
+	files, problems := readFiles(dir, maxBytes)
+	return encodeReport(files, problems, maxBytes)
+}
+
+// Read reads the reported files of dir as Message does, without encoding
+// them: the node plugin reads its pods' /pav on the host with it. A file that
+// could not be read is an error naming it, beside the files that could, as
+// Parse makes of a report that says so.
+func Read(dir string, maxBytes int) (map[string]string, error) {
+	files, problems := readFiles(dir, maxBytes)
+	if len(problems) > 0 {
+		return files, problemsError(strings.Join(problems, "; "))
+	}
+	return files, nil
+}
+
+// problemsError is what could not be reported, as an error.
+func problemsError(problems string) error { return fmt.Errorf("pav report: %s", problems) }
+
+// readFiles reads the reported files of dir that are present, each within max
+// bytes (error keeps its tail; a larger handle, capacity or topology is
+// refused), and says what could not be read.
+func readFiles(dir string, max int) (map[string]string, []string) {
 	files := map[string]string{}
 	var problems []string
 	for _, name := range Files {
 		// Keeping the tail of error is what matters; handle and capacity are
 		// small and read whole (up to the budget, to detect oversize).
-		s, err := readReportFile(filepath.Join(dir, name), maxBytes, name == FileError)
+		s, err := readReportFile(filepath.Join(dir, name), max, name == FileError)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 		case err != nil:
@@ -147,7 +169,7 @@ func Message(dir string, maxBytes int) string {
 			files[name] = s
 		}
 	}
-	return encodeReport(files, problems, maxBytes)
+	return files, problems
 }
 
 // errTooLarge marks a file larger than the report budget (handle, capacity).
@@ -262,7 +284,6 @@ func encodeReport(files map[string]string, problems []string, max int) string {
 	return "{}"
 }
 
-// tailRunes is the last n bytes of s, moved forward to a character boundary.
 // Tail is s if it fits in n bytes, else its last n bytes (whole characters)
 // behind the mark of a cut text: how pav shortens an error or a log.
 func Tail(s string, n int) string {
@@ -272,6 +293,7 @@ func Tail(s string, n int) string {
 	return truncatedMark + tailRunes(s, n)
 }
 
+// tailRunes is the last n bytes of s, moved forward to a character boundary.
 func tailRunes(s string, n int) string {
 	i := len(s) - n
 	for i < len(s) && !utf8.RuneStart(s[i]) {
@@ -291,7 +313,7 @@ func marshalReport(m map[string]string) string {
 	return strings.TrimSuffix(buf.String(), "\n")
 }
 
-// ParseReport decodes a report termination message into the reported files
+// Parse decodes a report termination message into the reported files
 // (handle, capacity, topology, error: only those present). An empty message yields
 // ErrNoReport; a report that says some file could not be reported yields the
 // files it has and an error naming the problem.
@@ -310,7 +332,7 @@ func Parse(msg string) (map[string]string, error) {
 		}
 	}
 	if p, ok := m[reportProblemKey]; ok {
-		return files, fmt.Errorf("pav report: %s", p)
+		return files, problemsError(p)
 	}
 	return files, nil
 }
@@ -320,14 +342,4 @@ func abbreviate(s string, n int) string {
 		return s
 	}
 	return s[:n] + truncatedMark
-}
-
-// sortedKeys is used to keep messages deterministic.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -128,12 +128,26 @@ func TestReportUnreadableFiles(t *testing.T) {
 	if err := os.Symlink("/etc/hostname", filepath.Join(dir, "capacity")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := report.Parse(report.Message(dir, 4096))
-	if err == nil || !strings.Contains(err.Error(), "/pav/handle is not a regular file") || !strings.Contains(err.Error(), "/pav/capacity") {
-		t.Fatalf("err %v", err)
+	if err := os.WriteFile(filepath.Join(dir, "error"), []byte("disk full"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if len(got) != 0 {
-		t.Errorf("files %v", got)
+	// Through the sidecar's message, and read directly (the node plugin's
+	// way): the same files, the same refusals.
+	parsed, perr := report.Parse(report.Message(dir, 4096))
+	read, rerr := report.Read(dir, 4096)
+	for how, r := range map[string]struct {
+		got map[string]string
+		err error
+	}{"message": {parsed, perr}, "read": {read, rerr}} {
+		if r.err == nil || !strings.Contains(r.err.Error(), "/pav/handle is not a regular file") || !strings.Contains(r.err.Error(), "/pav/capacity") {
+			t.Fatalf("%s: err %v", how, r.err)
+		}
+		if len(r.got) != 1 || r.got["error"] != "disk full" {
+			t.Errorf("%s: files %v", how, r.got)
+		}
+	}
+	if perr.Error() != rerr.Error() {
+		t.Errorf("message: %v; read: %v", perr, rerr)
 	}
 }
 
