@@ -5,8 +5,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/internal/apibudget"
 	"github.com/pods-as-volumes/pav/podrunner"
+	"github.com/pods-as-volumes/pav/test/podmetrics"
 	"github.com/pods-as-volumes/pav/test/procstat"
 )
 
@@ -304,7 +303,7 @@ func scrapeAll(t *testing.T, ctx context.Context) map[string]map[string]float64 
 		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 			continue
 		}
-		text, err := scrape(ctx, &p, port)
+		text, err := podmetrics.Scrape(ctx, client, &p, port)
 		if err != nil {
 			t.Logf("cannot read %s's /metrics: %v", p.Name, err)
 			continue
@@ -331,21 +330,4 @@ func scrapeAll(t *testing.T, ctx context.Context) map[string]map[string]float64 
 		}
 	}
 	return out
-}
-
-// scrape reads a pod's /metrics: by its IP (this is the node), else through
-// the API server's proxy.
-func scrape(ctx context.Context, p *corev1.Pod, port string) (string, error) {
-	if p.Status.PodIP != "" {
-		hc := &http.Client{Timeout: 3 * time.Second}
-		if resp, err := hc.Get("http://" + p.Status.PodIP + ":" + port + "/metrics"); err == nil {
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			if err == nil && resp.StatusCode == http.StatusOK {
-				return string(b), nil
-			}
-		}
-	}
-	b, err := client.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, port, "/metrics", nil).DoRaw(ctx)
-	return string(b), err
 }

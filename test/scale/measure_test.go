@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/pods-as-volumes/pav/test/podmetrics"
 	"github.com/pods-as-volumes/pav/test/procstat"
 )
 
@@ -239,28 +240,17 @@ func (m metricsText) by(name, label string, keep func(map[string]string) bool) m
 	return out
 }
 
-// httpMetrics reads http://IP:port/metrics of a pod (this is the node), else through
-// the API server's proxy.
+// podMetrics reads a pod's /metrics (podmetrics.Scrape); nil, logged, when it cannot.
 func (s *sim) podMetrics(ctx context.Context, p *corev1.Pod, port string) metricsText {
 	if p == nil {
 		return nil
 	}
-	if p.Status.PodIP != "" {
-		hc := &http.Client{Timeout: 5 * time.Second}
-		if resp, err := hc.Get("http://" + p.Status.PodIP + ":" + port + "/metrics"); err == nil {
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			if err == nil && resp.StatusCode == http.StatusOK {
-				return parseMetrics(string(b))
-			}
-		}
-	}
-	b, err := s.client.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, port, "/metrics", nil).DoRaw(ctx)
+	text, err := podmetrics.Scrape(ctx, s.client, p, port)
 	if err != nil {
 		s.t.Logf("cannot read %s:%s/metrics: %v", p.Name, port, err)
 		return nil
 	}
-	return parseMetrics(string(b))
+	return parseMetrics(text)
 }
 
 // componentMetrics reads a control-plane component's secure /metrics on this node
