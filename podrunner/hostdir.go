@@ -64,7 +64,7 @@ const readyPollPeriod = time.Second
 // logs why and pokes every readyPollPeriod instead.
 func watchReady(ctx context.Context, dir string, poke func()) (stop func()) {
 	logger := klog.FromContext(ctx)
-	done, quit := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
 	// The kubelet creates a missing host directory (DirectoryOrCreate); make
 	// it first so that it can be watched from the start.
 	err := os.MkdirAll(dir, 0o750)
@@ -79,6 +79,7 @@ func watchReady(ctx context.Context, dir string, poke func()) (stop func()) {
 	}
 	if err != nil {
 		logger.Info("Cannot watch the pod's /pav for its ready file; looking every second instead", "dir", dir, "err", err.Error())
+		quit := make(chan struct{})
 		go func() {
 			defer close(done)
 			t := time.NewTicker(readyPollPeriod)
