@@ -55,7 +55,7 @@
 // driver cannot read. Each of them gets a native sidecar (an init container with
 // restartPolicy Always, placed first so it outlives all user containers) that
 // waits for SIGTERM and then writes handle/capacity/error as JSON to its
-// termination message (Report). The kubelet stops sidecars only after all
+// termination message (internal/report's Run). The kubelet stops sidecars only after all
 // regular containers have exited, and its getPhase counts a running sidecar as
 // running, so a Succeeded phase normally arrives together with the sidecar's
 // termination. Not always: a failed regular init container fails the pod while
@@ -66,9 +66,9 @@
 //
 // The kubelet keeps only the last 4096 bytes of a termination-log file, then
 // cuts every message of the pod to 12 KiB / number of containers; BuildPod
-// passes that budget to the sidecar (PAV_REPORT_MAX_BYTES) and Report fits its
+// passes that budget to the sidecar (PAV_REPORT_MAX_BYTES) and report.Message fits its
 // JSON in it by keeping the tail of error, and by dropping (never cutting) an
-// oversized handle or capacity, which ParseReport then reports as an error.
+// oversized handle or capacity, which report.Parse then reports as an error.
 //
 // For KeepRunning pods on an emptyDir, the sidecar's readiness probe runs
 // `pav-report --check-ready`, so "/pav/ready exists" becomes a container-ready

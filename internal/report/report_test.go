@@ -91,10 +91,10 @@ func TestReportRoundTrip(t *testing.T) {
 			got, err := report.Parse(msg)
 			if c.parseErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.parseErr) {
-					t.Fatalf("ParseReport error %v, want %q (msg %s)", err, c.parseErr, msg)
+					t.Fatalf("Parse error %v, want %q (msg %s)", err, c.parseErr, msg)
 				}
 			} else if err != nil {
-				t.Fatalf("ParseReport: %v (msg %s)", err, msg)
+				t.Fatalf("Parse: %v (msg %s)", err, msg)
 			}
 			if c.want != nil {
 				if len(got) != len(c.want) {
