@@ -30,27 +30,33 @@ import (
 // work, not by cluster size, and the API server's priority and fairness still
 // applies on its side.
 type Rate struct {
-	QPS   float64
-	Burst int
+	QPS   float64 `json:"qps"`
+	Burst int     `json:"burst"`
 }
+
+// The flags of a Rate: the names external-provisioner and the other CSI
+// sidecars use, so that the manager sets pav's and theirs alike.
+const (
+	FlagQPS   = "kube-api-qps"
+	FlagBurst = "kube-api-burst"
+)
 
 // DefaultRate is the rate pav's processes use unless told otherwise.
 var DefaultRate = Rate{QPS: 50, Burst: 100}
 
-// AddFlags registers --kube-api-qps and --kube-api-burst (the names
-// external-provisioner and the other CSI sidecars use) on fs, defaulting to r.
+// AddFlags registers --kube-api-qps and --kube-api-burst on fs, defaulting to r.
 func (r *Rate) AddFlags(fs *flag.FlagSet) {
-	fs.Float64Var(&r.QPS, "kube-api-qps", r.QPS, "API requests per second this process may send, sustained")
-	fs.IntVar(&r.Burst, "kube-api-burst", r.Burst, "API requests this process may send at once, above --kube-api-qps")
+	fs.Float64Var(&r.QPS, FlagQPS, r.QPS, "API requests per second this process may send, sustained")
+	fs.IntVar(&r.Burst, FlagBurst, r.Burst, "API requests this process may send at once, above --"+FlagQPS)
 }
 
 // Validate names the flag to fix.
 func (r Rate) Validate() error {
 	switch {
 	case r.QPS <= 0:
-		return fmt.Errorf("--kube-api-qps must be positive, got %v", r.QPS)
+		return fmt.Errorf("--%s must be positive, got %v", FlagQPS, r.QPS)
 	case r.Burst < 1:
-		return fmt.Errorf("--kube-api-burst must be at least 1, got %d", r.Burst)
+		return fmt.Errorf("--%s must be at least 1, got %d", FlagBurst, r.Burst)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/deploy"
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 )
 
 // FieldManager owns, in server-side apply, every field the manager sets.
@@ -146,8 +147,8 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		}
 		// The registrar alone makes no API request (and has no such flag).
 		if a := s.KubeAPI; a != nil && c.name != containerRegistrar {
-			ct.Args = setArg(ct.Args, "--kube-api-qps", strconv.FormatFloat(a.QPS, 'f', -1, 64))
-			ct.Args = setArg(ct.Args, "--kube-api-burst", strconv.Itoa(a.Burst))
+			ct.Args = setArg(ct.Args, "--"+kubeconfig.FlagQPS, strconv.FormatFloat(a.QPS, 'f', -1, 64))
+			ct.Args = setArg(ct.Args, "--"+kubeconfig.FlagBurst, strconv.Itoa(a.Burst))
 		}
 	}
 	if sel := s.NodePlugin.NodeSelector; sel != nil {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 	"github.com/pods-as-volumes/pav/internal/phase"
 )
 
@@ -25,19 +26,13 @@ type Settings struct {
 	// PodTimeout is the drivers' --pod-timeout.
 	PodTimeout *PodTimeout `json:"podTimeout,omitempty"`
 	// KubeAPI is the API client rate of the drivers and of the sidecars that
-	// talk to the API server (their --kube-api-qps and --kube-api-burst).
-	KubeAPI    *KubeAPI   `json:"kubeAPI,omitempty"`
-	NodePlugin NodePlugin `json:"nodePlugin,omitempty"`
-	Resources  Resources  `json:"resources,omitempty"`
-}
-
-// KubeAPI is a client rate: qps requests a second sustained, burst at once.
-// Every process has its own: at 1,000 volumes created at once, the controller
-// plugin's (some 14 requests a creation) bounds how fast PVs appear, and a
-// cluster whose control plane takes more raises it here.
-type KubeAPI struct {
-	QPS   float64 `json:"qps"`
-	Burst int     `json:"burst"`
+	// talk to the API server (their --kube-api-qps and --kube-api-burst), each
+	// process's own. At 1,000 claims at once the controller plugin's (some 14
+	// requests a creation) bounds how fast PVs appear; a cluster whose
+	// control plane takes more raises it here.
+	KubeAPI    *kubeconfig.Rate `json:"kubeAPI,omitempty"`
+	NodePlugin NodePlugin       `json:"nodePlugin,omitempty"`
+	Resources  Resources        `json:"resources,omitempty"`
 }
 
 // PodTimeout is a Go duration ("10m", "90s"; "0s": no limit).
@@ -125,8 +120,10 @@ func (s Settings) Validate() error {
 	if s.LogLevel != nil && (*s.LogLevel < 0 || *s.LogLevel > 10) {
 		return fmt.Errorf("logLevel must be between 0 and 10, got %d", *s.LogLevel)
 	}
-	if a := s.KubeAPI; a != nil && (a.QPS <= 0 || a.Burst < 1) {
-		return fmt.Errorf("kubeAPI needs qps above 0 and burst of at least 1, got qps %v, burst %d", a.QPS, a.Burst)
+	if a := s.KubeAPI; a != nil {
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("kubeAPI (qps, burst) sets every container's flags: %w", err)
+		}
 	}
 	if s.PodTimeout != nil && s.PodTimeout.Duration < 0 {
 		return fmt.Errorf("podTimeout must not be negative (0s means no limit), got %v", s.PodTimeout.Duration)

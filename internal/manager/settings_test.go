@@ -14,6 +14,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 )
 
 func renderP1(t *testing.T, s Settings) *Objects {
@@ -96,7 +97,7 @@ func TestRenderAppliesSettings(t *testing.T) {
 				}
 			}
 		}},
-		{"API client rate of every container that talks to the API", Settings{KubeAPI: &KubeAPI{QPS: 200.5, Burst: 400}}, func(t *testing.T, o *Objects) {
+		{"API client rate of every container that talks to the API", Settings{KubeAPI: &kubeconfig.Rate{QPS: 200.5, Burst: 400}}, func(t *testing.T, o *Objects) {
 			for name, c := range containers(o) {
 				var got []string
 				for _, a := range c.Args {
@@ -177,8 +178,8 @@ func TestSettingsErrors(t *testing.T) {
 		{"imagePullPolicy: Sometimes\n", "imagePullPolicy must be Always, IfNotPresent or Never"},
 		{"logLevel: 11\n", "logLevel must be between 0 and 10"},
 		{"podTimeout: -1m\n", "podTimeout must not be negative"},
-		{"kubeAPI: {qps: 0, burst: 10}\n", "kubeAPI needs qps above 0 and burst of at least 1, got qps 0, burst 10"},
-		{"kubeAPI: {qps: 20}\n", "kubeAPI needs qps above 0 and burst of at least 1, got qps 20, burst 0"},
+		{"kubeAPI: {qps: 0, burst: 10}\n", "kubeAPI (qps, burst) sets every container's flags: --kube-api-qps must be positive, got 0"},
+		{"kubeAPI: {qps: 20}\n", "kubeAPI (qps, burst) sets every container's flags: --kube-api-burst must be at least 1, got 0"},
 		{"podTimeout: soon\n", `podTimeout must be a duration such as 10m or 90s, got "soon"`},
 		{"resources: {node: {requests: {memory: 2Gi}, limits: {memory: 1Gi}}}\n", "resources.node: the memory request 2Gi is above its limit 1Gi"},
 	} {
