@@ -1,0 +1,61 @@
+// Package kubetest adapts a client-go clientset, in tests the fake one, to
+// kube.Interface. It is for tests only: importing client-go's clientset is
+// what package kube exists to avoid in the driver's binary.
+package kubetest
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/watchlist"
+
+	"github.com/pods-as-volumes/pav/internal/kube"
+)
+
+// Wrap is c as a kube.Interface.
+func Wrap(c kubernetes.Interface) kube.Interface { return clientset{c} }
+
+// NewFake is a fake clientset holding objs, and the same as a kube.Interface.
+func NewFake(objs ...runtime.Object) (*fake.Clientset, kube.Interface) {
+	c := fake.NewClientset(objs...)
+	return c, Wrap(c)
+}
+
+type clientset struct{ c kubernetes.Interface }
+
+func (c clientset) Pods(ns string) kube.Pods { return c.c.CoreV1().Pods(ns) }
+
+func (c clientset) PersistentVolumes() kube.Resource[*corev1.PersistentVolume, *corev1.PersistentVolumeList] {
+	return c.c.CoreV1().PersistentVolumes()
+}
+
+func (c clientset) PersistentVolumeClaims(ns string) kube.Resource[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
+	return c.c.CoreV1().PersistentVolumeClaims(ns)
+}
+
+func (c clientset) Nodes() kube.Resource[*corev1.Node, *corev1.NodeList] { return c.c.CoreV1().Nodes() }
+
+func (c clientset) StorageClasses() kube.Resource[*storagev1.StorageClass, *storagev1.StorageClassList] {
+	return c.c.StorageV1().StorageClasses()
+}
+
+func (c clientset) EventSink() record.EventSink {
+	return &typedcorev1.EventSinkImpl{Interface: c.c.CoreV1().Events("")}
+}
+
+// IsWatchListSemanticsUnSupported passes on what the clientset says (the
+// fake one: true), for kube.NewInformer.
+func (c clientset) IsWatchListSemanticsUnSupported() bool {
+	return watchlist.DoesClientNotSupportWatchListSemantics(c.c)
+}
+
+func (c clientset) ServerVersion(context.Context) (*version.Info, error) {
+	return c.c.Discovery().ServerVersion()
+}
