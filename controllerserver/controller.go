@@ -39,13 +39,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/csimode"
 	"github.com/pods-as-volumes/pav/internal/grpcerr"
 	"github.com/pods-as-volumes/pav/internal/inflight"
+	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/records"
@@ -99,7 +99,7 @@ type Server struct {
 	Records Records
 	// Snapshots keeps the PavSnapshot records; nil: no snapshots.
 	Snapshots SnapshotRecords
-	Client    kubernetes.Interface // PVCs and StorageClasses; nil when only CSI requests are known
+	Client    kube.Interface // PVCs and StorageClasses; nil when only CSI requests are known
 
 	busy inflight.Set
 }
@@ -244,7 +244,7 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 	sp := v1alpha1.PavVolumeSpec{VolumeName: req.GetName(), DefaultHandle: req.GetName()}
 	params := req.GetParameters()
 	if name, ns := params[volume.ParamPVCName], params[volume.ParamPVCNamespace]; name != "" && ns != "" && s.Client != nil {
-		pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		pvc, err := s.Client.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			// Nothing was made: final.
 			return nil, grpcerr.Errorf(codes.FailedPrecondition, "PersistentVolumeClaim %s/%s no longer exists", ns, name)
@@ -260,7 +260,7 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 		sp.DefaultHandle = DefaultHandle(pvc)
 		r = phase.FromClaim(r, pvc)
 		if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
-			obj, err := s.Client.StorageV1().StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
+			obj, err := s.Client.StorageClasses().Get(ctx, *sc, metav1.GetOptions{})
 			if err != nil {
 				return nil, fmt.Errorf("reading StorageClass %s of PersistentVolumeClaim %s/%s: %w", *sc, ns, name, err)
 			}

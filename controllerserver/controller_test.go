@@ -26,6 +26,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/records"
@@ -207,7 +208,7 @@ func (c *cluster) server(p *v1alpha1.PavProvisioner, runner PodRunner) *Server {
 	if err := snaps.Start(ctx); err != nil {
 		c.t.Fatal(err)
 	}
-	return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Records: store, Snapshots: snaps, Client: c.client}
+	return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Records: store, Snapshots: snaps, Client: kubetest.Wrap(c.client)}
 }
 
 // volumes is every PavVolume, read from the API.
@@ -903,7 +904,7 @@ func TestDriverRestartAdoptsCreationPod(t *testing.T) {
 	p := prov(t, "  provisioningModes: [Dynamic]\n  volumeCreation: "+fmt.Sprintf(pod, "true")+"\n  volumeStaging: "+fmt.Sprintf(pod, "true")+"\n")
 	c := &cluster{t: t, records: recordstest.NewClient(), client: client}
 	newServer := func() *Server {
-		r := podrunner.New(podrunner.Config{Client: client, Provisioner: p.Name, ReportImage: "pav:test"})
+		r := podrunner.New(podrunner.Config{Client: kubetest.Wrap(client), Provisioner: p.Name, ReportImage: "pav:test"})
 		if err := r.Start(ctx); err != nil {
 			t.Fatal(err)
 		}

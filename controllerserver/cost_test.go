@@ -14,6 +14,7 @@ import (
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/apibudget"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -72,7 +73,7 @@ func BenchmarkAPIRequestsPerVolume(b *testing.B) {
 	spec := strings.Replace(claimSpec, "  volumeValidation: {accessModes: [ReadWriteOncePod]}\n",
 		"  volumeValidation: {accessModes: [ReadWriteOncePod], podTemplate: {spec: {containers: [{name: v, image: busybox}]}}}\n", 1)
 	p := prov(b, spec)
-	r := podrunner.New(podrunner.Config{Client: client, Provisioner: p.Name, ReportImage: "pav:test"})
+	r := podrunner.New(podrunner.Config{Client: kubetest.Wrap(client), Provisioner: p.Name, ReportImage: "pav:test"})
 	if err := r.Start(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -60,7 +60,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -69,6 +68,7 @@ import (
 	"github.com/pods-as-volumes/pav/internal/grpcerr"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
 	"github.com/pods-as-volumes/pav/internal/inflight"
+	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/volume"
@@ -93,7 +93,7 @@ type Server struct {
 	Source   provisioner.Source
 	Eval     *phase.Evaluator
 	Pods     PodRunner
-	Client   kubernetes.Interface // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
+	Client   kube.Interface // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
 	// Recorder gets the events about volumes (on their PVC); nil = logs only.
 	Recorder record.EventRecorder
 	// BootID is the node's boot ID; "" = the kernel's (tests simulate a reboot

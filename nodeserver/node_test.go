@@ -25,6 +25,7 @@ import (
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/volume"
@@ -137,9 +138,9 @@ func (e *env) newServer(p *v1alpha1.PavProvisioner) *Server {
 	}
 	ctx, stop := context.WithCancel(e.ctx)
 	e.stop = stop
-	runner := podrunner.New(podrunner.Config{Client: e.client, Provisioner: p.Name, NodeName: node, ReportImage: "pav:test", PodTimeout: 20 * time.Second})
+	runner := podrunner.New(podrunner.Config{Client: kubetest.Wrap(e.client), Provisioner: p.Name, NodeName: node, ReportImage: "pav:test", PodTimeout: 20 * time.Second})
 	srv := &Server{NodeID: node, StateDir: filepath.Join(e.dir, "state"), Source: provisioner.Static{P: p},
-		Eval: phase.NewEvaluator(nil), Pods: runner, Client: e.client, Recorder: e.events}
+		Eval: phase.NewEvaluator(nil), Pods: runner, Client: kubetest.Wrap(e.client), Recorder: e.events}
 	srv.WatchStagingPods(runner)
 	if err := runner.Start(ctx); err != nil {
 		e.t.Fatal(err)

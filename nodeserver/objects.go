@@ -40,7 +40,7 @@ func (s *Server) lookup(ctx context.Context, driver, handle string, vc map[strin
 	var pv *corev1.PersistentVolume
 	var err error
 	if name := vc[volume.KeyPV]; name != "" {
-		pv, err = s.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		pv, err = s.Client.PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			return objs, grpcerr.Errorf(codes.FailedPrecondition, "PersistentVolume %s, named in the volume context of volume %q, does not exist", name, handle)
@@ -55,7 +55,7 @@ func (s *Server) lookup(ctx context.Context, driver, handle string, vc map[strin
 	if pv != nil {
 		objs.PV = pv
 		if ref := pv.Spec.ClaimRef; ref != nil {
-			pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			pvc, err := s.Client.PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 			switch {
 			case err == nil && (ref.UID == "" || pvc.UID == ref.UID):
 				objs.PVC = pvc
@@ -64,7 +64,7 @@ func (s *Server) lookup(ctx context.Context, driver, handle string, vc map[strin
 			}
 		}
 	}
-	node, err := s.Client.CoreV1().Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
+	node, err := s.Client.Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
 	if err != nil {
 		return objs, fmt.Errorf("reading Node %s: %w", s.NodeID, err)
 	}
@@ -75,7 +75,7 @@ func (s *Server) lookup(ctx context.Context, driver, handle string, vc map[strin
 // staticPV finds the PV of driver and handle among the PVs of the claims that
 // pods on this node use (see lookup); nil if none does.
 func (s *Server) staticPV(ctx context.Context, driver, handle string) (*corev1.PersistentVolume, error) {
-	pods, err := s.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+	pods, err := s.Client.Pods("").List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", s.NodeID).String(),
 	})
 	if err != nil {
@@ -96,7 +96,7 @@ func (s *Server) staticPV(ctx context.Context, driver, handle string) (*corev1.P
 	var found []*corev1.PersistentVolume
 	for _, c := range keys {
 		ns, name, _ := strings.Cut(c, "/")
-		pvc, err := s.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		pvc, err := s.Client.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -108,7 +108,7 @@ func (s *Server) staticPV(ctx context.Context, driver, handle string) (*corev1.P
 			continue
 		}
 		seen[pvName] = true
-		pv, err := s.Client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+		pv, err := s.Client.PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}

@@ -36,7 +36,7 @@ func (s *Server) segment(ctx context.Context) (map[string]string, error) {
 	if s.Client == nil {
 		return nil, grpcerr.Errorf(codes.FailedPrecondition, "PavProvisioner %s has spec.topology, whose node labels the node plugin reads from the Kubernetes API: run it with API access", p.Name)
 	}
-	node, err := s.Client.CoreV1().Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
+	node, err := s.Client.Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("reading Node %s for its topology labels (spec.topology.nodeLabels): %w", s.NodeID, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 )
@@ -55,7 +56,7 @@ func TestNodeGetInfoTopology(t *testing.T) {
 			}
 			s := &Server{NodeID: "worker-1", Source: provisioner.Static{P: p}}
 			if c.client {
-				s.Client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Labels: labels}})
+				s.Client = kubetest.Wrap(fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Labels: labels}}))
 			}
 			resp, err := s.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
 			if c.code != codes.OK {
@@ -86,7 +87,7 @@ func TestNodeGetInfoTopology(t *testing.T) {
 func TestNodeGetInfoNodeMissing(t *testing.T) {
 	p := &v1alpha1.PavProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Spec: v1alpha1.PavProvisionerSpec{
 		Topology: &v1alpha1.Topology{NodeLabels: []string{"kubernetes.io/hostname"}}}}
-	s := &Server{NodeID: "worker-9", Source: provisioner.Static{P: p}, Client: fake.NewClientset()}
+	s := &Server{NodeID: "worker-9", Source: provisioner.Static{P: p}, Client: kubetest.Wrap(fake.NewClientset())}
 	_, err := s.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
 	if err == nil || !strings.Contains(err.Error(), "reading Node worker-9") {
 		t.Fatalf("got %v, want an error naming the node", err)

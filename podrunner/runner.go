@@ -18,13 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/report"
 )
 
@@ -61,7 +60,7 @@ var (
 
 // Config configures a Runner.
 type Config struct {
-	Client kubernetes.Interface
+	Client kube.Interface
 	// Provisioner is the PavProvisioner name; the informer selects its pods.
 	Provisioner string
 	// NodeName, in node mode, restricts the informer to this node's pods (label
@@ -150,10 +149,8 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.mu.Unlock()
 
 	selector := r.Selector().String()
-	factory := informers.NewSharedInformerFactoryWithOptions(r.cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	podInformer := factory.Core().V1().Pods()
-	inf := podInformer.Informer()
+	inf := kube.NewInformer(r.cfg.Client, r.cfg.Client.Pods(""), &corev1.Pod{}, 0,
+		func(o *metav1.ListOptions) { o.LabelSelector = selector }, nil)
 	// managedFields are large and never read here.
 	if err := inf.SetTransform(stripManagedFields); err != nil {
 		return err
@@ -178,12 +175,12 @@ func (r *Runner) Start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
+	go inf.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return fmt.Errorf("pod runner: informer did not sync: %w", context.Cause(ctx))
 	}
 	r.mu.Lock()
-	r.lister = podInformer.Lister()
+	r.lister = corelisters.NewPodLister(inf.GetIndexer())
 	r.mu.Unlock()
 	klog.FromContext(ctx).Info("Pod runner started", "provisioner", r.cfg.Provisioner, "node", r.cfg.NodeName, "selector", selector)
 	return nil
@@ -479,7 +476,7 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 // that the caller re-runs the phase with a new token.
 func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Pod, op *Operation) (*corev1.Pod, error) {
 	logger := klog.FromContext(ctx)
-	pods := r.cfg.Client.CoreV1().Pods(pod.Namespace)
+	pods := r.cfg.Client.Pods(pod.Namespace)
 	for range maxCreateAttempts {
 		if op.UID == "" {
 			created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
@@ -713,7 +710,7 @@ func (r *Runner) waitGone(ctx context.Context, pw *podWatch, uid types.UID, seen
 			// the cache lags. One API read tells which; after that, the
 			// informer's events will.
 			askedAPI = true
-			got, err := r.cfg.Client.CoreV1().Pods(pw.ns).Get(ctx, pw.name, metav1.GetOptions{})
+			got, err := r.cfg.Client.Pods(pw.ns).Get(ctx, pw.name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) || (err == nil && got.UID != uid) {
 				return nil
 			}
@@ -732,7 +729,7 @@ func (r *Runner) deletePod(ctx context.Context, pod *corev1.Pod) error {
 		uid := pod.UID
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
-	err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, opts)
+	err := r.cfg.Client.Pods(pod.Namespace).Delete(ctx, pod.Name, opts)
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		// Gone already, or replaced by a pod that is not ours to delete.
 		return nil
@@ -767,7 +764,7 @@ func (r *Runner) Delete(ctx context.Context, op Operation) error {
 	fromCache := p != nil && ownership(p, &op) == ""
 	if !fromCache {
 		// Not cached, or the cache may lag behind: ask the API server.
-		p, err = r.cfg.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		p, err = r.cfg.Client.Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -795,7 +792,7 @@ func (r *Runner) logTail(ctx context.Context, pod *corev1.Pod, container string)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logTailTimeout)
 	defer cancel()
 	lines := int64(logTailLines)
-	rc, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).
+	rc, err := r.cfg.Client.Pods(pod.Namespace).
 		GetLogs(pod.Name, &corev1.PodLogOptions{Container: container, TailLines: &lines}).Stream(ctx)
 	if err != nil {
 		klog.FromContext(ctx).V(1).Info("Could not read the log of a failed pod", "container", container, "err", err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -83,7 +84,7 @@ func newEnv(t *testing.T, behaviour fakekubelet.Behaviour, o envOpts) *env {
 	})
 	e.recorder = record.NewFakeRecorder(100)
 	e.cfg = podrunner.Config{
-		Client: e.client, Provisioner: provisioner, ReportImage: "registry/pav:test",
+		Client: kubetest.Wrap(e.client), Provisioner: provisioner, ReportImage: "registry/pav:test",
 		ReportWait: 2 * time.Second, Recorder: e.recorder,
 	}
 	if o.cfg != nil {
@@ -751,11 +752,11 @@ func TestNodeModeRefusesOtherNodes(t *testing.T) {
 }
 
 func TestNotStarted(t *testing.T) {
-	r := podrunner.New(podrunner.Config{Client: fake.NewClientset(), Provisioner: provisioner, ReportImage: "img"})
+	r := podrunner.New(podrunner.Config{Client: kubetest.Wrap(fake.NewClientset()), Provisioner: provisioner, ReportImage: "img"})
 	if _, err := r.Run(context.Background(), creationOp("k")); !errors.Is(err, podrunner.ErrNotStarted) {
 		t.Errorf("err %v", err)
 	}
-	if err := podrunner.New(podrunner.Config{Client: fake.NewClientset(), Provisioner: "Bad Name", ReportImage: "img"}).Start(context.Background()); err == nil {
+	if err := podrunner.New(podrunner.Config{Client: kubetest.Wrap(fake.NewClientset()), Provisioner: "Bad Name", ReportImage: "img"}).Start(context.Background()); err == nil {
 		t.Error("bad provisioner name accepted")
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/driver"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -139,10 +140,10 @@ func Run(t *testing.T, accessType string) {
 	}
 	opts := driver.Options{Mode: driver.ModeAll, NodeID: NodeName, ProvisionerFile: provFile,
 		StateDir: filepath.Join(dir, "state"), Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), Version: "sanity"}
-	runner := podrunner.New(podrunner.Config{Client: client, Provisioner: "pav-sanity",
+	runner := podrunner.New(podrunner.Config{Client: kubetest.Wrap(client), Provisioner: "pav-sanity",
 		ReportImage: "pav:sanity", PodTimeout: time.Minute})
 	records := recordstest.NewClient()
-	svc, _, err := driver.Build(ctx, opts, driver.Deps{Client: client, Dynamic: records, Runner: runner})
+	svc, _, err := driver.Build(ctx, opts, driver.Deps{Client: kubetest.Wrap(client), Dynamic: records, Runner: runner})
 	if err != nil {
 		t.Fatal(err)
 	}

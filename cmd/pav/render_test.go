@@ -18,6 +18,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/controllerserver"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/records"
@@ -108,7 +109,7 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 	if err := store.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ctrl := &controllerserver.Server{Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client, Records: store}
+	ctrl := &controllerserver.Server{Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: kubetest.Wrap(client), Records: store}
 	name := controllerserver.DefaultHandle(pvc) // external-provisioner's default volume name
 	rwo := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
@@ -161,7 +162,7 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 	// The node plugin stages and unstages both volumes (the static one is
 	// validated first).
 	stateDir := filepath.Join(dir, "state")
-	nodeSrv := &nodeserver.Server{NodeID: node.Name, StateDir: stateDir, Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: client}
+	nodeSrv := &nodeserver.Server{NodeID: node.Name, StateDir: stateDir, Source: src, Eval: phase.NewEvaluator(nil), Pods: rec, Client: kubetest.Wrap(client)}
 	for _, pv := range []*corev1.PersistentVolume{dynPV, staticPV} {
 		staging := filepath.Join(dir, "staging", pv.Name)
 		if _, err := nodeSrv.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: staging,

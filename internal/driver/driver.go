@@ -27,15 +27,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/identity"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
+	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
@@ -112,7 +110,7 @@ type Services struct {
 // Deps are what Build needs from outside: real clients in `pav driver`, fakes in
 // the sanity suite.
 type Deps struct {
-	Client kubernetes.Interface // nil: no Kubernetes at all
+	Client kube.Interface // nil: no Kubernetes at all
 	// Dynamic watches the PavProvisioner (unless it comes from a file) and,
 	// in controller mode, keeps the PavVolume records.
 	Dynamic dynamic.Interface
@@ -212,18 +210,18 @@ const apiCheckInterval = time.Minute
 // while it answers; at every check while it does not).
 type readiness struct {
 	src    provisioner.Source
-	client kubernetes.Interface
+	client kube.Interface
 	now    func() time.Time
 
 	mu       sync.Mutex
 	answered time.Time // the API server's last answer
 }
 
-func newReadiness(src provisioner.Source, client kubernetes.Interface) *readiness {
+func newReadiness(src provisioner.Source, client kube.Interface) *readiness {
 	return &readiness{src: src, client: client, now: time.Now}
 }
 
-func (r *readiness) check(context.Context) error {
+func (r *readiness) check(ctx context.Context) error {
 	if _, err := r.src.Get(false); err != nil {
 		return err
 	}
@@ -235,7 +233,7 @@ func (r *readiness) check(context.Context) error {
 	if !r.answered.IsZero() && r.now().Sub(r.answered) < apiCheckInterval {
 		return nil
 	}
-	if _, err := r.client.Discovery().ServerVersion(); err != nil {
+	if _, err := r.client.ServerVersion(ctx); err != nil {
 		return fmt.Errorf("the Kubernetes API is not reachable: %w", err)
 	}
 	r.answered = r.now()
@@ -369,9 +367,9 @@ func Run(ctx context.Context, o Options) error {
 		runnerNode = o.NodeID
 	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(d.Client.EventSink())
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "pav-" + name, Host: o.NodeID})
+	recorder := broadcaster.NewRecorder(kube.Scheme, corev1.EventSource{Component: "pav-" + name, Host: o.NodeID})
 	d.Recorder = recorder
 	d.Runner = podrunner.New(podrunner.Config{Client: d.Client, Provisioner: name, NodeName: runnerNode,
 		ReportImage: o.ReportImage, PodTimeout: o.PodTimeout, DefaultNamespace: o.PodNamespace, Recorder: recorder})
@@ -398,13 +396,13 @@ func Run(ctx context.Context, o Options) error {
 // NewClients builds the driver's API clients (kubeconfig file, else in
 // cluster). Their requests are counted in client-go's request metrics, which
 // the driver's /metrics serves (see NewMetricsManager).
-func NewClients(kubeconfigPath string, rate kubeconfig.Rate, version string) (kubernetes.Interface, dynamic.Interface, error) {
+func NewClients(kubeconfigPath string, rate kubeconfig.Rate, version string) (kube.Interface, dynamic.Interface, error) {
 	cfg, err := kubeconfig.Load(kubeconfigPath, rate)
 	if err != nil {
 		return nil, nil, err
 	}
 	cfg.UserAgent = "pav-driver/" + version
-	kube, err := kubernetes.NewForConfig(cfg)
+	client, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -412,7 +410,7 @@ func NewClients(kubeconfigPath string, rate kubeconfig.Rate, version string) (ku
 	if err != nil {
 		return nil, nil, err
 	}
-	return kube, dyn, nil
+	return client, dyn, nil
 }
 
 // NewMetricsManager is what the driver's /metrics serves: csi-lib-utils'
@@ -467,12 +465,12 @@ var errNoPodEnv = errors.New("POD_NAME and POD_NAMESPACE are not set")
 // ownImage finds the image of the container running this binary (POD_NAME and
 // POD_NAMESPACE from the downward API, container "pav"), so the report sidecar
 // always matches the driver's version, whatever the kustomize image overrides say.
-func ownImage(ctx context.Context, client kubernetes.Interface) (string, error) {
+func ownImage(ctx context.Context, client kube.Interface) (string, error) {
 	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 	if name == "" || ns == "" {
 		return "", errNoPodEnv
 	}
-	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := client.Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -485,10 +483,10 @@ func ownImage(ctx context.Context, client kubernetes.Interface) (string, error) 
 }
 
 // pvcGetter serves get_pvc from the API.
-type pvcGetter struct{ client kubernetes.Interface }
+type pvcGetter struct{ client kube.Interface }
 
 func (g pvcGetter) GetPVC(ctx context.Context, namespace, name string) (map[string]any, error) {
-	pvc, err := g.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	pvc, err := g.client.PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}

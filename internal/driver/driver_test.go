@@ -25,6 +25,7 @@ import (
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/identity"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
 	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/podrunner"
@@ -88,7 +89,7 @@ func TestServeOverSocket(t *testing.T) {
 	}
 	defer func() { cancel(); kubelet.Wait() }()
 	o := Options{Mode: ModeController, ProvisionerFile: file, Endpoint: "unix://" + filepath.Join(dir, "csi.sock")}
-	svc, src, err := Build(ctx, o, Deps{Client: client, Dynamic: recordstest.NewClient(), Runner: podrunner.New(podrunner.Config{Client: client, Provisioner: "demo", ReportImage: "pav:test"})})
+	svc, src, err := Build(ctx, o, Deps{Client: kubetest.Wrap(client), Dynamic: recordstest.NewClient(), Runner: podrunner.New(podrunner.Config{Client: kubetest.Wrap(client), Provisioner: "demo", ReportImage: "pav:test"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestReadinessAsksTheAPIServerOncePerInterval(t *testing.T) {
 		return false, nil, nil
 	})
 	now := time.Unix(1000, 0)
-	r := newReadiness(provisioner.Static{P: &v1alpha1.PavProvisioner{}}, client)
+	r := newReadiness(provisioner.Static{P: &v1alpha1.PavProvisioner{}}, kubetest.Wrap(client))
 	r.now = func() time.Time { return now }
 	for i, step := range []struct {
 		advance time.Duration

@@ -39,7 +39,7 @@ current-context: c
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.CoreV1().Pods("metrics-test").Get(context.Background(), "p", metav1.GetOptions{}); err != nil {
+	if _, err := kube.Pods("metrics-test").Get(context.Background(), "p", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -19,12 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/phase"
 )
 
@@ -112,11 +112,10 @@ func (w *Watch) Name() string { return w.name }
 
 // Start runs the informer until ctx ends and waits for its first sync.
 func (w *Watch) Start(ctx context.Context) error {
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(w.client, 10*time.Minute, metav1.NamespaceAll,
+	inf := kube.NewInformer(w.client, w.client.Resource(v1alpha1.GroupVersionResource), &unstructured.Unstructured{}, 10*time.Minute,
 		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.name).String()
-		})
-	inf := factory.ForResource(v1alpha1.GroupVersionResource).Informer()
+		}, nil)
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.update,
 		UpdateFunc: func(_, obj any) { w.update(obj) },
@@ -130,7 +129,7 @@ func (w *Watch) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
+	go inf.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return fmt.Errorf("PavProvisioner informer did not sync")
 	}

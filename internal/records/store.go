@@ -19,11 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/kube"
 )
 
 // record is what the store needs of a record type (*v1alpha1.PavVolume or
@@ -90,14 +90,14 @@ func isNil[T record](v T) bool {
 func (s *store[T]) init(k *kind[T], client dynamic.Interface, provisioner string) {
 	s.kind, s.client, s.provisioner, s.written = k, client.Resource(k.gvr), provisioner, map[string]written[T]{}
 	selector := s.selector().String()
-	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, k.gvr, "", 0,
+	s.informer = kube.NewInformer(client, s.client, &unstructured.Unstructured{}, 0,
+		func(o *metav1.ListOptions) { o.LabelSelector = selector },
 		cache.Indexers{k.index: func(obj any) ([]string, error) {
 			if v, ok := obj.(T); ok && v.GetLabels()[v1alpha1.LabelVolumeHandle] != "" {
 				return []string{v.GetLabels()[v1alpha1.LabelVolumeHandle]}, nil
 			}
 			return nil, nil
-		}},
-		func(o *metav1.ListOptions) { o.LabelSelector = selector }).Informer()
+		}})
 	// Convert once, when an object enters the cache, rather than on every read.
 	_ = s.informer.SetTransform(func(obj any) (any, error) {
 		u, ok := obj.(*unstructured.Unstructured)
