@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# The pav image: one static binary for every role — `pav manager` (Deployment) and
-# `pav driver --mode=controller|node` (per-provisioner StatefulSet and DaemonSet) — and
-# `pav-report`, the small sidecar pav adds to a provisioner's controller-side pods.
+# The pav image: `pav` for the manager (Deployment) and the offline tools, `pav-driver
+# --mode=controller|node` (per-provisioner StatefulSet and DaemonSet; `pav driver` is the
+# same command, in a binary that idles in more memory: cmd/pav-driver), and `pav-report`,
+# the small sidecar pav adds to a provisioner's controller-side pods.
 #
 #   docker build -t ghcr.io/pods-as-volumes/pav:v0.2.0 .
 #   docker build --build-arg VERSION=v0.2.1 -t my.registry/pav:v0.2.1 .   (then set
@@ -24,10 +25,11 @@ ARG TARGETARCH=amd64
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/pav ./cmd/pav && \
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/pav-driver ./cmd/pav-driver && \
     go build -trimpath -ldflags "-s -w" -o /out/pav-report ./cmd/pav-report
 
 FROM gcr.io/distroless/static-debian12
-COPY --from=build /out/pav /out/pav-report /usr/local/bin/
+COPY --from=build /out/pav /out/pav-driver /out/pav-report /usr/local/bin/
 # `pav-report` (and `pav report`, for pods of older versions) is started by name: PATH must hold it.
 ENV PATH=/usr/local/bin:/usr/bin:/bin
 ENTRYPOINT ["/usr/local/bin/pav"]

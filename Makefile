@@ -27,6 +27,7 @@ FUZZTIME  ?= 60s
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o _output/bin/pav ./cmd/pav
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o _output/bin/pav-driver ./cmd/pav-driver
 
 # test also runs every benchmark once (-benchtime 1x): their targets (the API
 # budget, speed, memory) are measured by make bench, but they must not rot.

@@ -20,8 +20,8 @@
 #   pav.local/csi-snapshotter:dev  /csi-snapshotter (from hack/build-tools.sh)
 #   pav.local/snapshot-controller:dev
 #                                  /snapshot-controller (from hack/build-tools.sh)
-#   pav.local/pav:dev              busybox + /usr/local/bin/pav and pav-report (CGO_ENABLED=0 go
-#                                  build ./cmd/pav ./cmd/pav-report)
+#   pav.local/pav:dev              busybox + /usr/local/bin/pav, pav-driver and pav-report
+#                                  (CGO_ENABLED=0 go build ./cmd/pav ./cmd/pav-driver ./cmd/pav-report)
 #   pav.local/registrar:dev        /csi-node-driver-registrar = test/registrar (test-only stand-in)
 #   pav.local/resizer:dev          /csi-resizer = test/resizer (test-only stand-in for
 #                                  external-resizer, which the proxy refuses)
@@ -277,8 +277,9 @@ build_one() {
     pav)
       rootfs_busybox "$r"
       gobuild "$BIN/pav" ./cmd/pav
+      gobuild "$BIN/pav-driver" ./cmd/pav-driver
       gobuild "$BIN/pav-report" ./cmd/pav-report
-      mkdir -p "$r/usr/local/bin"; cp "$BIN/pav" "$BIN/pav-report" "$r/usr/local/bin/"
+      mkdir -p "$r/usr/local/bin"; cp "$BIN/pav" "$BIN/pav-driver" "$BIN/pav-report" "$r/usr/local/bin/"
       write_image pav "${REF[pav]}" "$r" '["/usr/local/bin/pav"]' 'null' ;;
     registrar)
       gobuild "$BIN/registrar" ./test/registrar

@@ -246,8 +246,8 @@ type proc struct {
 func findProcs(t *testing.T) []*proc {
 	var out []*proc
 	for _, p := range []*proc{
-		{name: "controller plugin (pav-e2e)", pattern: "pav driver --mode=controller --provisioner=" + driver + "( |$)"},
-		{name: "node plugin (pav-e2e)", pattern: "pav driver --mode=node --provisioner=" + driver + "( |$)"},
+		{name: "controller plugin (pav-e2e)", pattern: "pav-driver --mode=controller --provisioner=" + driver + "( |$)"},
+		{name: "node plugin (pav-e2e)", pattern: "pav-driver --mode=node --provisioner=" + driver + "( |$)"},
 		{name: "manager", pattern: "pav manager( |$)"},
 	} {
 		b, err := exec.Command("pgrep", "-o", "-f", p.pattern).Output()

@@ -1,0 +1,55 @@
+package driver
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
+)
+
+// Main is the driver's command line, for the pav-driver binary the manager's
+// workloads run and for `pav driver`: name is the command as its messages
+// call it. It returns the exit code.
+func Main(ctx context.Context, name string, args []string, stderr io.Writer, version string) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := Options{Version: version}
+	fs.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
+	fs.StringVar(&o.Provisioner, "provisioner", "", "name of the PavProvisioner to serve (also the CSI driver name); read and watched through the API")
+	fs.StringVar(&o.ProvisionerFile, "provisioner-file", "", "read the PavProvisioner from this file instead (tests, GitOps)")
+	fs.StringVar(&o.NodeID, "node-id", "", "this node's name (node and all modes)")
+	fs.StringVar(&o.Mode, "mode", ModeAll, "which CSI services to serve: controller, node or all")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	fs.DurationVar(&o.PodTimeout, "pod-timeout", 10*time.Minute, "fail an operation whose pod runs longer than this, counted from the pod's creation (0: no limit)")
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address for /livez, /readyz and /metrics, e.g. :8080 (default: none)")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "where pods whose template names no namespace go (default: this pod's namespace, $POD_NAMESPACE, else pav)")
+	fs.StringVar(&o.ReportImage, "report-image", "", "image of the report sidecar added to every pod (default: this pod's own pav image)")
+	fs.StringVar(&o.StateDir, "state-dir", "", "node: host directory for per-volume state (default /var/lib/kubelet/plugins/NAME/volumes)")
+	o.Rate = kubeconfig.DefaultRate
+	o.Rate.AddFlags(fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity: 2 logs every CSI call, 5 also requests and responses (secrets stripped)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
+		return 2
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	defer klog.Flush()
+	if err := Run(ctx, o); err != nil {
+		klog.ErrorS(err, name+" stopped")
+		return 1
+	}
+	return 0
+}
