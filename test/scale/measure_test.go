@@ -122,7 +122,7 @@ func (s *sim) findProcs(ctx context.Context) {
 			s.ctrlPod = p.DeepCopy()
 			s.procs = append(s.procs, podProcs(string(p.UID), func(a []string) string {
 				switch {
-				case filepath.Base(a[0]) == "pav" && len(a) > 1 && a[1] == "driver":
+				case filepath.Base(a[0]) == "pav-driver":
 					return "pav controller plugin (" + provisionerName + ")"
 				case filepath.Base(a[0]) == "csi-provisioner":
 					return "external-provisioner (" + provisionerName + ")"
