@@ -8,10 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/watchlist"
@@ -19,13 +17,13 @@ import (
 	"github.com/pods-as-volumes/pav/internal/kube"
 )
 
-// Wrap is c as a kube.Interface.
-func Wrap(c kubernetes.Interface) kube.Interface { return clientset{c} }
-
-// NewFake is a fake clientset holding objs, and the same as a kube.Interface.
-func NewFake(objs ...runtime.Object) (*fake.Clientset, kube.Interface) {
-	c := fake.NewClientset(objs...)
-	return c, Wrap(c)
+// Wrap is c as a kube.Interface; nil stays nil ("no Kubernetes" to the
+// servers).
+func Wrap(c kubernetes.Interface) kube.Interface {
+	if c == nil {
+		return nil
+	}
+	return clientset{c}
 }
 
 type clientset struct{ c kubernetes.Interface }
