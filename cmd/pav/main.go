@@ -1,5 +1,6 @@
 // Command pav is Pods-as-Volumes: one binary for the manager that deploys every
-// PavProvisioner (`pav manager`), the CSI driver (`pav driver`), the report
+// PavProvisioner (`pav manager`), the CSI driver (`pav driver`, which the
+// plugins run as the pav-driver binary: see cmd/pav-driver), the report
 // sidecar of pods made by older versions (`pav report`; pav-report now), and the offline tools that
 // show a provisioner author what their templates produce (`pav template`,
 // `pav render`).
@@ -21,7 +22,7 @@ const usage = `pav — Pods-as-Volumes: volume provisioners written as pod templ
 
 Usage:
   pav manager  [--config FILE] [flags]                                  deploy every PavProvisioner's drivers, guard deletion, write status
-  pav driver   --provisioner NAME --mode controller|node|all [flags]   serve the CSI driver
+  pav driver   --provisioner NAME --mode controller|node|all [flags]   serve the CSI driver (as pav-driver does)
   pav render   -f provisioner.yaml --phase PHASE [inputs]               show a phase's pod as pav would submit it
   pav template [FILE|-] [--vars FILE]                                   evaluate every string of a YAML document
   pav report   --dir /pav [--check-ready]                               the report sidecar of pods made by pav up to v0.2.0 (now pav-report)

@@ -1,7 +1,8 @@
-// Package driver assembles `pav driver`: the CSI services for one PavProvisioner
-// on a unix socket, with the informers they read from, the pod runner, request
+// Package driver assembles pav-driver (and `pav driver`): the CSI services for
+// one PavProvisioner on a unix socket, with the informers they read from, the pod runner, request
 // logging through protosanitizer, csi-lib-utils metrics, and an HTTP endpoint for
-// health and Prometheus.
+// health and Prometheus. It reaches the API through internal/kube, never
+// client-go's clientset (see there why).
 package driver
 
 import (
