@@ -59,7 +59,6 @@ type Resource[T runtime.Object, L runtime.Object] interface {
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 }
 
 // Pods is Resource for pods, with their logs.

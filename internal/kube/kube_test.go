@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/reference"
@@ -117,10 +116,6 @@ func TestPaths(t *testing.T) {
 			"GET /api/v1/nodes/n"},
 		{"storage class", func(c kube.Interface) error { _, err := c.StorageClasses().Get(ctx, "sc", get); return err },
 			"GET /apis/storage.k8s.io/v1/storageclasses/sc"},
-		{"pod patch", func(c kube.Interface) error {
-			_, err := c.Pods("ns").Patch(ctx, "p", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
-			return err
-		}, "PATCH /api/v1/namespaces/ns/pods/p"},
 		{"event create", func(c kube.Interface) error {
 			_, err := c.EventSink().Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "ns"}})
 			return err
