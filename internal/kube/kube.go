@@ -7,7 +7,7 @@
 // of every API group (k8s.io/client-go/kubernetes/scheme) when the program
 // starts. That touches most of the 7.6 MB of k8s.io/api's code and type data,
 // which then stays resident in every driver process: a driver built on the
-// clientset idled at 45 MiB RSS, built on this package at about 30 MiB, and a
+// clientset idled at 45 MiB RSS, built on this package at 31-32 MiB, and a
 // cluster runs two driver processes per provisioner and node. The driver's
 // binary (cmd/pav-driver) must therefore never import the clientset; a test
 // there checks it. Tests adapt client-go's fake clientset to this package's
