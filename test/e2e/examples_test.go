@@ -519,7 +519,10 @@ func TestExampleObjectBucket(t *testing.T) {
 			p[0], p[0], p[1], p[1]), "shared")
 	}
 	e.poll("each writer reading the other's file", func() (bool, error) {
-		return e.logs("writer-a") == "from-b\n" && e.logs("writer-b") == "from-a\n", nil
+		// What each printed so far is the last error: a timeout shows which
+		// side never saw the other's file (it failed once, in a full run).
+		a, b := e.logs("writer-a"), e.logs("writer-b")
+		return a == "from-b\n" && b == "from-a\n", fmt.Errorf("writer-a printed %q, writer-b printed %q", a, b)
 	})
 	if n := len(pavPods("object-bucket", "staging", bucket+"@")); n != 1 {
 		t.Fatalf("%d staging pods for one volume on one node, want 1", n)
