@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 
-	"k8s.io/klog/v2"
-
+	"github.com/pods-as-volumes/pav/internal/cli"
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
-
 	"github.com/pods-as-volumes/pav/internal/manager"
 )
 
@@ -37,24 +34,6 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.DurationVar(&o.Overrides.PodTimeout, "pod-timeout", -1, "override podTimeout: the drivers' --pod-timeout")
 	o.Rate = kubeconfig.DefaultRate
 	o.Rate.AddFlags(fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.Var(klogFlags.Lookup("v").Value, "v", "the manager's own log verbosity: 2 logs every apply and deletion")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pav manager: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "pav manager: %v\n", err)
-		return 2
-	}
-	defer klog.Flush()
-	if err := manager.Run(ctx, o); err != nil {
-		klog.ErrorS(err, "pav manager stopped")
-		return 1
-	}
-	return 0
+	return cli.Serve(ctx, fs, args, "the manager's own log verbosity: 2 logs every apply and deletion",
+		o.Validate, func(ctx context.Context) error { return manager.Run(ctx, o) })
 }

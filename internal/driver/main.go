@@ -3,12 +3,10 @@ package driver
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"time"
 
-	"k8s.io/klog/v2"
-
+	"github.com/pods-as-volumes/pav/internal/cli"
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 )
 
@@ -32,24 +30,6 @@ func Main(ctx context.Context, name string, args []string, stderr io.Writer, ver
 	fs.StringVar(&o.StateDir, "state-dir", "", "node: host directory for per-volume state (default /var/lib/kubelet/plugins/NAME/volumes)")
 	o.Rate = kubeconfig.DefaultRate
 	o.Rate.AddFlags(fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity: 2 logs every CSI call, 5 also requests and responses (secrets stripped)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
-		return 2
-	}
-	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	}
-	defer klog.Flush()
-	if err := Run(ctx, o); err != nil {
-		klog.ErrorS(err, name+" stopped")
-		return 1
-	}
-	return 0
+	return cli.Serve(ctx, fs, args, "log verbosity: 2 logs every CSI call, 5 also requests and responses (secrets stripped)",
+		o.Validate, func(ctx context.Context) error { return Run(ctx, o) })
 }
