@@ -15,7 +15,7 @@ func TestParsesTheArgumentsOfExternalResizer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v: %v", args, err)
 	}
-	if o.qps != 50 || o.burst != 100 {
-		t.Errorf("--kube-api-qps %v, --kube-api-burst %v from %v; want 50 and 100 (deploy/provisioner/controller.yaml)", o.qps, o.burst, args)
+	if o.rate.QPS != 50 || o.rate.Burst != 100 {
+		t.Errorf("--kube-api-qps %v, --kube-api-burst %v from %v; want 50 and 100 (deploy/provisioner/controller.yaml)", o.rate.QPS, o.rate.Burst, args)
 	}
 }

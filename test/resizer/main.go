@@ -51,12 +51,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 )
 
 // options are the flags, named as external-resizer names them.
@@ -66,9 +66,8 @@ type options struct {
 	leaderElection bool
 	leNamespace    string
 	httpEndpoint   string
-	kubeconfig     string
-	qps            float64
-	burst          int
+	kubeconfigPath string
+	rate           kubeconfig.Rate
 	workers        int
 }
 
@@ -83,9 +82,10 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.leaderElection, "leader-election", false, "Run only while holding a Lease (one active replica).")
 	fs.StringVar(&o.leNamespace, "leader-election-namespace", "", "Namespace of the Lease (default: the pod's).")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "If set, serve /healthz on this address.")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
-	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS of the client to the API server.")
-	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst of the client to the API server.")
+	fs.StringVar(&o.kubeconfigPath, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
+	// external-resizer's defaults, not pav's.
+	o.rate = kubeconfig.Rate{QPS: 5, Burst: 10}
+	o.rate.AddFlags(fs)
 	fs.IntVar(&o.workers, "workers", 10, "Claims resized at once.")
 	return o, fs.Parse(args)
 }
@@ -104,42 +104,33 @@ func main() {
 }
 
 func run(ctx context.Context, o *options) error {
-	csiAddress, timeout, le, leNamespace, httpEndpoint, kubeconfig, workers :=
-		o.csiAddress, o.timeout, o.leaderElection, o.leNamespace, o.httpEndpoint, o.kubeconfig, o.workers
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := kubeconfig.Load(o.kubeconfigPath, o.rate)
 	if err != nil {
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
-	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	target := csiAddress
+	target := o.csiAddress
 	if !strings.HasPrefix(target, "unix:") {
 		target = "unix://" + target
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return fmt.Errorf("CSI socket %s: %w", csiAddress, err)
+		return fmt.Errorf("CSI socket %s: %w", o.csiAddress, err)
 	}
 	defer conn.Close()
-	driver, err := probe(ctx, conn, timeout)
+	driver, err := probe(ctx, conn, o.timeout)
 	if err != nil {
 		return err
 	}
 	klog.InfoS("CSI driver serves ControllerExpandVolume", "driver", driver)
 
-	if httpEndpoint != "" {
+	if o.httpEndpoint != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		srv := &http.Server{Addr: httpEndpoint, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Addr: o.httpEndpoint, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				klog.ErrorS(err, "http endpoint")
@@ -155,15 +146,16 @@ func run(ctx context.Context, o *options) error {
 
 	work := func(ctx context.Context) {
 		f := informers.NewSharedInformerFactory(kube, 10*time.Minute)
-		r := newResizer(driver, kube, csi.NewControllerClient(conn), f, recorder, timeout)
+		r := newResizer(driver, kube, csi.NewControllerClient(conn), f, recorder, o.timeout)
 		f.Start(ctx.Done())
-		r.run(ctx, workers)
+		r.run(ctx, o.workers)
 		f.Shutdown()
 	}
-	if !le {
+	if !o.leaderElection {
 		work(ctx)
 		return nil
 	}
+	leNamespace := o.leNamespace
 	if leNamespace == "" {
 		leNamespace = os.Getenv("POD_NAMESPACE")
 	}
