@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -236,8 +235,8 @@ func atOnce(t *testing.T, ctx context.Context, tab *table, sc string, n, clients
 type proc struct {
 	name, pattern string
 	pid           int
-	mu            sync.Mutex
-	idle, peak    int64
+	idle          int64
+	peak          procstat.Peak
 	// idleAnon and idleFile split idle into anonymous and file-backed pages;
 	// idlePSS is its proportional set size (shared pages divided).
 	idleAnon, idleFile, idlePSS int64
@@ -271,10 +270,7 @@ func (p *proc) rss() int64 { return p.status("VmRSS") }
 func sample(procs []*proc) (stop func()) {
 	return procstat.Every(100*time.Millisecond, func() {
 		for _, p := range procs {
-			r := p.rss()
-			p.mu.Lock()
-			p.peak = max(p.peak, r)
-			p.mu.Unlock()
+			p.peak.Observe(p.pid)
 		}
 	})
 }

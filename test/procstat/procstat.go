@@ -67,3 +67,25 @@ func Every(period time.Duration, sample func()) (stop func()) {
 	})
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
+
+// Peak is the highest RSS of a process that Observe has seen; safe for
+// concurrent use (Every samples on its own goroutine).
+type Peak struct {
+	mu  sync.Mutex
+	max int64
+}
+
+// Observe reads pid's RSS (VmRSS) and keeps it if it is the highest yet.
+func (p *Peak) Observe(pid int) {
+	r := Status(pid, "VmRSS")
+	p.mu.Lock()
+	p.max = max(p.max, r)
+	p.mu.Unlock()
+}
+
+// Max is the highest RSS observed, in bytes; 0 before any.
+func (p *Peak) Max() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.max
+}

@@ -38,3 +38,20 @@ func TestEvery(t *testing.T) {
 		t.Errorf("sampled %d times after stop", n.Load()-after)
 	}
 }
+
+// Peak keeps the highest of what it observed.
+func TestPeak(t *testing.T) {
+	var p Peak
+	if p.Max() != 0 {
+		t.Fatalf("Max before any observation: %d", p.Max())
+	}
+	p.Observe(os.Getpid())
+	first := p.Max()
+	if first <= 0 {
+		t.Fatalf("Max %d after observing this process", first)
+	}
+	p.Observe(-1) // no such process: RSS 0, not a new peak
+	if p.Max() != first {
+		t.Errorf("Max %d after observing nothing, want %d", p.Max(), first)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,9 +26,8 @@ import (
 type proc struct {
 	name string
 	pid  int
-	mu   sync.Mutex
-	idle int64 // RSS before the claims
-	peak int64 // RSS peak while creating and deleting them
+	idle int64         // RSS before the claims
+	peak procstat.Peak // RSS peak while creating and deleting them
 }
 
 // status reads a "kB" field of /proc/PID/status, in bytes.
@@ -175,10 +173,7 @@ func (s *sim) findProcs(ctx context.Context) {
 func (s *sim) sample() (stop func()) {
 	return procstat.Every(250*time.Millisecond, func() {
 		for _, p := range s.procs {
-			r := p.rss()
-			p.mu.Lock()
-			p.peak = max(p.peak, r)
-			p.mu.Unlock()
+			p.peak.Observe(p.pid)
 		}
 	})
 }

@@ -295,9 +295,7 @@ func (s *sim) report(before, mid, after *snapshot, start, delStart time.Time, su
 	// Memory and CPU.
 	mem := section{title: "Memory and CPU (/proc on the node)", header: []string{"process", "RSS idle", "RSS peak", "CPU s while creating", "CPU s while deleting"}}
 	for _, p := range s.procs {
-		p.mu.Lock()
-		peak := p.peak
-		p.mu.Unlock()
+		peak := p.peak.Max()
 		mem.rows = append(mem.rows, []string{p.name, fmt.Sprintf("%.1f MiB", float64(p.idle)/mib), fmt.Sprintf("%.1f MiB", float64(peak)/mib),
 			fmt.Sprintf("%.1f", mid.cpu[p.name]-before.cpu[p.name]), cpuDelta(mid, after, p.name)})
 	}
