@@ -179,7 +179,8 @@ func (c *client) ServerVersion(ctx context.Context) (*version.Info, error) {
 }
 
 // eventSink writes events in their own namespace, as client-go's
-// EventSinkImpl over Events("") does.
+// EventSinkImpl over Events("") does; that one lives in the clientset's typed
+// core client, which imports every API group (see the package comment).
 type eventSink struct{ rc rest.Interface }
 
 func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
