@@ -79,9 +79,8 @@ func New(cfg Config) (*Controller, error) {
 	provInf := dyn.ForResource(v1alpha1.GroupVersionResource)
 	c.provisioners = provInf.Lister()
 
-	// The workloads keep their managedFields: the manager reads what it owns
-	// from them to skip applies that would change nothing.
-	inNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace))
+	inNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace),
+		informers.WithTransform(withoutManagedFields))
 	stsInf := inNS.Apps().V1().StatefulSets()
 	dsInf := inNS.Apps().V1().DaemonSets()
 	c.statefulSets = stsInf.Lister().StatefulSets(cfg.Namespace)
@@ -91,6 +90,9 @@ func New(cfg Config) (*Controller, error) {
 	// name that pav did not make is seen (and never taken over).
 	all := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0)
 	csiInf := all.Storage().V1().CSIDrivers()
+	if err := csiInf.Informer().SetTransform(withoutManagedFields); err != nil {
+		return nil, err
+	}
 	c.csiDrivers = csiInf.Lister()
 	pvInf := all.Core().V1().PersistentVolumes().Informer()
 	if err := pvInf.SetTransform(slim); err != nil {

@@ -268,11 +268,19 @@ func (f *fixture) settle() {
 }
 
 func (f *fixture) cacheDiff() string {
+	// Compared without managedFields, which the informers of workloads and
+	// CSIDrivers drop.
 	keyed := func(items []any) string {
 		m := map[string]any{}
 		for _, o := range items {
 			acc, _ := meta.Accessor(o)
-			m[acc.GetNamespace()+"/"+acc.GetName()] = o
+			var v map[string]any
+			j, _ := json.Marshal(o)
+			_ = json.Unmarshal(j, &v)
+			if md, ok := v["metadata"].(map[string]any); ok {
+				delete(md, "managedFields")
+			}
+			m[acc.GetNamespace()+"/"+acc.GetName()] = v
 		}
 		b, _ := json.Marshal(m)
 		return string(b)

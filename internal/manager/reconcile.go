@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
-	storagev1ac "k8s.io/client-go/applyconfigurations/storage/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -121,7 +118,6 @@ func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (wo
 	}
 	_, change, prob := ensure(ctx, c, p, "CSIDriver", "", *objs.CSIDriver.Name, objs.CSIDriver,
 		c.csiDrivers.Get,
-		func(o *storagev1.CSIDriver) (any, error) { return storagev1ac.ExtractCSIDriver(o, FieldManager) },
 		func(ctx context.Context) (*storagev1.CSIDriver, error) {
 			return kube.StorageV1().CSIDrivers().Apply(ctx, objs.CSIDriver, applyOptions)
 		},
@@ -131,7 +127,6 @@ func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (wo
 	note(change, prob)
 	w.controller, change, prob = ensure(ctx, c, p, "StatefulSet", ns, *objs.Controller.Name, objs.Controller,
 		c.statefulSets.Get,
-		func(o *appsv1.StatefulSet) (any, error) { return appsv1ac.ExtractStatefulSet(o, FieldManager) },
 		func(ctx context.Context) (*appsv1.StatefulSet, error) {
 			return kube.AppsV1().StatefulSets(ns).Apply(ctx, objs.Controller, applyOptions)
 		},
@@ -141,7 +136,6 @@ func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (wo
 	note(change, prob)
 	w.node, change, prob = ensure(ctx, c, p, "DaemonSet", ns, *objs.Node.Name, objs.Node,
 		c.daemonSets.Get,
-		func(o *appsv1.DaemonSet) (any, error) { return appsv1ac.ExtractDaemonSet(o, FieldManager) },
 		func(ctx context.Context) (*appsv1.DaemonSet, error) {
 			return kube.AppsV1().DaemonSets(ns).Apply(ctx, objs.Node, applyOptions)
 		},
@@ -191,7 +185,7 @@ func ownedBy(o metav1.Object, p *v1alpha1.PavProvisioner) ownership {
 // it now is (nil when it is not the manager's, or absent) and what it did
 // ("created X", "updated X" or "").
 func ensure[T metav1.Object](ctx context.Context, c *Controller, p *v1alpha1.PavProvisioner, kind, namespace, name string, desired any,
-	get func(string) (T, error), extract func(T) (any, error),
+	get func(string) (T, error),
 	apply func(context.Context) (T, error), del func(context.Context, types.UID) error,
 ) (T, string, *problem) {
 	var none T
@@ -220,11 +214,11 @@ func ensure[T metav1.Object](ctx context.Context, c *Controller, p *v1alpha1.Pav
 			c.cfg.Recorder.Eventf(p, corev1.EventTypeNormal, "Replacing", "Deleting %s, left by an earlier PavProvisioner of this name", what)
 			return none, "", &problem{reason: reasonReplacing, err: fmt.Errorf("waiting for the deletion of %s, left by an earlier PavProvisioner of this name", what)}
 		}
-		mine, err := extract(live)
+		current, err := upToDate(desired, live)
 		if err != nil {
-			return none, "", &problem{reason: reasonApplyFailed, err: fmt.Errorf("reading the fields pav-manager owns in %s: %w", what, err), transient: true}
+			return none, "", &problem{reason: reasonApplyFailed, err: fmt.Errorf("comparing %s with what pav-manager applies: %w", what, err), transient: true}
 		}
-		if same, err := sameJSON(mine, desired); err == nil && same {
+		if current {
 			return live, "", nil
 		}
 	}
@@ -237,20 +231,6 @@ func ensure[T metav1.Object](ctx context.Context, c *Controller, p *v1alpha1.Pav
 		return applied, "updated " + what, nil
 	}
 	return applied, "created " + what, nil
-}
-
-// sameJSON compares two values as the API would see them (empty lists and maps
-// left out, quantities canonical).
-func sameJSON(a, b any) (bool, error) {
-	ja, err := json.Marshal(a)
-	if err != nil {
-		return false, err
-	}
-	jb, err := json.Marshal(b)
-	if err != nil {
-		return false, err
-	}
-	return bytes.Equal(ja, jb), nil
 }
 
 // addFinalizer adds the deletion guard's finalizer by server-side apply. The UID

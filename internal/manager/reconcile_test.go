@@ -150,6 +150,35 @@ func TestReconcileRevertsDrift(t *testing.T) {
 	}
 }
 
+// What the manager does not set is not drift: another tool's additions stay
+// and cost no apply; removing something the manager sets is put back.
+func TestReconcileLeavesOthersFieldsAlone(t *testing.T) {
+	f := newFixture(t, Settings{})
+	f.create(provisioner("p1", "uid-1", 1))
+	mustReconcile(t, f, "p1")
+	ds := f.daemonSet("p1")
+	ds.Spec.Template.Spec.Containers[0].Env = append(ds.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "HTTP_PROXY", Value: "http://proxy"})
+	ds.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "now"
+	if _, err := f.kube.AppsV1().DaemonSets(ns).Update(f.ctx, ds, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	f.settle()
+	mustReconcile(t, f, "p1")
+	wantWrites(t, f)
+
+	ds = f.daemonSet("p1")
+	ds.Spec.Template.Spec.Tolerations = nil
+	if _, err := f.kube.AppsV1().DaemonSets(ns).Update(f.ctx, ds, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	f.settle()
+	mustReconcile(t, f, "p1")
+	wantWrites(t, f, "apply daemonsets pav-p1-node")
+	if tol := f.daemonSet("p1").Spec.Template.Spec.Tolerations; len(tol) != 1 || tol[0].Operator != corev1.TolerationOpExists {
+		t.Errorf("tolerations after reconcile: %v", tol)
+	}
+}
+
 // A manager restarted with other settings updates the workloads, not the CSIDriver.
 func TestSettingsChangeRollsWorkloads(t *testing.T) {
 	f := newFixture(t, Settings{})

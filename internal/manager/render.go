@@ -179,7 +179,30 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 			node.WithTolerations(ta)
 		}
 	}
+	if err := stamp(o); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// stamp annotates each object with the digest of its configuration
+// (AnnotationApplied).
+func stamp(o *Objects) error {
+	for _, s := range []struct {
+		config   any
+		annotate func(map[string]string)
+	}{
+		{o.CSIDriver, func(a map[string]string) { o.CSIDriver.WithAnnotations(a) }},
+		{o.Controller, func(a map[string]string) { o.Controller.WithAnnotations(a) }},
+		{o.Node, func(a map[string]string) { o.Node.WithAnnotations(a) }},
+	} {
+		d, err := digest(s.config)
+		if err != nil {
+			return err
+		}
+		s.annotate(map[string]string{AnnotationApplied: d})
+	}
+	return nil
 }
 
 // decode substitutes the name into one manifest and reads it strictly into an

@@ -18,9 +18,9 @@ import (
 //   - pav's operation and staging pods (label selector): name, labels, node,
 //     phase and deletion, for the deletion guard (slimPod);
 //   - PavVolumes and PavSnapshots: name, labels and phase (slimRecord);
-//   - PavProvisioners, CSIDrivers, and the StatefulSets and DaemonSets in the
-//     manager's namespace: whole (few; the workloads' managedFields tell the
-//     manager what it applied).
+//   - PavProvisioners: whole; CSIDrivers, and the StatefulSets and DaemonSets in
+//     the manager's namespace: without their managedFields (few; the manager
+//     compares them with what it applies by value, see drift.go).
 //
 // The drivers keep their own, narrower informers (podrunner: the pods of one
 // provisioner, or of one node; records: one provisioner's PavVolumes and
@@ -74,6 +74,15 @@ func slimRecord(u *unstructured.Unstructured) *unstructured.Unstructured {
 		_ = unstructured.SetNestedField(out.Object, phase, "status", "phase")
 	}
 	return out
+}
+
+// withoutManagedFields is the informer transform of CSIDrivers and workloads:
+// their managedFields, often the largest part of them, are never read.
+func withoutManagedFields(o any) (any, error) {
+	if m, ok := o.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return o, nil
 }
 
 // slim is the manager's informer transform for PVs, pods and records

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -152,4 +153,18 @@ func (c *Controller) conditionEvents(p *v1alpha1.PavProvisioner, before, after [
 			c.cfg.Recorder.Event(p, corev1.EventTypeNormal, n.Reason, n.Message)
 		}
 	}
+}
+
+// sameJSON compares two values as the API would see them (empty lists and maps
+// left out, quantities canonical).
+func sameJSON(a, b any) (bool, error) {
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return false, err
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(ja, jb), nil
 }
