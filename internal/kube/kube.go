@@ -103,10 +103,18 @@ func NewForConfig(cfg *rest.Config) (Interface, error) {
 // restClient is what client-go's generated group clients build, for this
 // package's scheme.
 func restClient(cfg *rest.Config, httpClient *http.Client, apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
+	return NewRESTClient(cfg, httpClient, apiPath, gv, Scheme, codecs)
+}
+
+// NewRESTClient is what client-go's generated group clients build: a client of
+// one group version at apiPath ("/api" for the core group, else "/apis"),
+// encoding and decoding with scheme's codecs.
+func NewRESTClient(cfg *rest.Config, httpClient *http.Client, apiPath string, gv schema.GroupVersion,
+	scheme *runtime.Scheme, codecs serializer.CodecFactory) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &gv
 	c.APIPath = apiPath
-	c.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(Scheme, codecs).WithoutConversion()
+	c.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(scheme, codecs).WithoutConversion()
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
@@ -117,13 +125,21 @@ type client struct {
 	core, storage *rest.RESTClient
 }
 
-// typed is a gentype client of one resource, preferring protobuf as
-// client-go's own clients of these built-in types do.
+// typed is a gentype client of one resource of this package's scheme.
 func typed[T interface {
 	runtime.Object
 	metav1.Object
 }, L runtime.Object](rc rest.Interface, resource, namespace string, newT func() T, newL func() L) *gentype.ClientWithList[T, L] {
-	return gentype.NewClientWithList(resource, rc, parameterCodec, namespace, newT, newL, gentype.PrefersProtobuf[T]())
+	return Typed(rc, parameterCodec, resource, namespace, newT, newL)
+}
+
+// Typed is a gentype client of one resource, preferring protobuf as
+// client-go's own clients of the built-in types do.
+func Typed[T interface {
+	runtime.Object
+	metav1.Object
+}, L runtime.Object](rc rest.Interface, params runtime.ParameterCodec, resource, namespace string, newT func() T, newL func() L) *gentype.ClientWithList[T, L] {
+	return gentype.NewClientWithList(resource, rc, params, namespace, newT, newL, gentype.PrefersProtobuf[T]())
 }
 
 func (c *client) Pods(namespace string) Pods {

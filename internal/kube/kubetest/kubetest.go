@@ -1,11 +1,12 @@
 // Package kubetest adapts a client-go clientset, in tests the fake one, to
-// kube.Interface. It is for tests only: importing client-go's clientset is
+// kube.Interface and managerapi.Interface. It is for tests only: importing client-go's clientset is
 // what package kube exists to avoid in the driver's binary.
 package kubetest
 
 import (
 	"context"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/version"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/client-go/util/watchlist"
 
 	"github.com/pods-as-volumes/pav/internal/kube"
+	"github.com/pods-as-volumes/pav/internal/kube/managerapi"
+	"github.com/pods-as-volumes/pav/internal/lease"
 )
 
 // Wrap is c as a kube.Interface; nil stays nil ("no Kubernetes" to the
@@ -57,3 +60,27 @@ func (c clientset) IsWatchListSemanticsUnSupported() bool {
 func (c clientset) ServerVersion(context.Context) (*version.Info, error) {
 	return c.c.Discovery().ServerVersion()
 }
+
+// WrapManager is c as a managerapi.Interface; nil stays nil.
+func WrapManager(c kubernetes.Interface) managerapi.Interface {
+	if c == nil {
+		return nil
+	}
+	return managerClientset{clientset{c}}
+}
+
+type managerClientset struct{ clientset }
+
+func (c managerClientset) CSIDrivers() managerapi.Applied[*storagev1.CSIDriver, *storagev1.CSIDriverList] {
+	return c.c.StorageV1().CSIDrivers()
+}
+
+func (c managerClientset) StatefulSets(ns string) managerapi.Applied[*appsv1.StatefulSet, *appsv1.StatefulSetList] {
+	return c.c.AppsV1().StatefulSets(ns)
+}
+
+func (c managerClientset) DaemonSets(ns string) managerapi.Applied[*appsv1.DaemonSet, *appsv1.DaemonSetList] {
+	return c.c.AppsV1().DaemonSets(ns)
+}
+
+func (c managerClientset) Leases(ns string) lease.Client { return c.c.CoordinationV1().Leases(ns) }
