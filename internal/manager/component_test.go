@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
-	storagev1ac "k8s.io/client-go/applyconfigurations/storage/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -60,11 +60,11 @@ func TestManagerDeploysWhatTheComponentDoes(t *testing.T) {
 		var v any
 		switch head.Kind {
 		case "CSIDriver":
-			v = &storagev1ac.CSIDriverApplyConfiguration{}
+			v = &storagev1.CSIDriver{}
 		case "StatefulSet":
-			v = &appsv1ac.StatefulSetApplyConfiguration{}
+			v = &appsv1.StatefulSet{}
 		case "DaemonSet":
-			v = &appsv1ac.DaemonSetApplyConfiguration{}
+			v = &appsv1.DaemonSet{}
 		default:
 			continue
 		}

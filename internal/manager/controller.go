@@ -14,29 +14,32 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	appslisters "k8s.io/client-go/listers/apps/v1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/kube"
+	"github.com/pods-as-volumes/pav/internal/kube/managerapi"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
 // Config of a Controller.
 type Config struct {
-	Kube    kubernetes.Interface
+	// Kube serves PVs, pods and events; Apps the objects the manager applies.
+	Kube    kube.Interface
+	Apps    managerapi.Interface
 	Dynamic dynamic.Interface
 	// Namespace is the manager's own: the workloads go there, next to the
 	// drivers' ServiceAccounts.
@@ -54,9 +57,9 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	provisioners cache.GenericLister
-	statefulSets appslisters.StatefulSetNamespaceLister
-	daemonSets   appslisters.DaemonSetNamespaceLister
-	csiDrivers   storagelisters.CSIDriverLister
+	statefulSets listers.ResourceIndexer[*appsv1.StatefulSet]
+	daemonSets   listers.ResourceIndexer[*appsv1.DaemonSet]
+	csiDrivers   listers.ResourceIndexer[*storagev1.CSIDriver]
 	pvs          cache.Indexer
 	pods         cache.Indexer
 	records      cache.Indexer
@@ -75,39 +78,38 @@ func New(cfg Config) (*Controller, error) {
 		workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "pav-manager"})}
 
-	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
-	provInf := dyn.ForResource(v1alpha1.GroupVersionResource)
-	c.provisioners = provInf.Lister()
+	none := func(*metav1.ListOptions) {}
+	provInf := kube.NewInformer(cfg.Dynamic, cfg.Dynamic.Resource(v1alpha1.GroupVersionResource), &unstructured.Unstructured{},
+		cfg.Resync, none, nil)
+	c.provisioners = cache.NewGenericLister(provInf.GetIndexer(), v1alpha1.GroupVersionResource.GroupResource())
 
-	inNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace),
-		informers.WithTransform(withoutManagedFields))
-	stsInf := inNS.Apps().V1().StatefulSets()
-	dsInf := inNS.Apps().V1().DaemonSets()
-	c.statefulSets = stsInf.Lister().StatefulSets(cfg.Namespace)
-	c.daemonSets = dsInf.Lister().DaemonSets(cfg.Namespace)
+	// The workloads in the manager's namespace.
+	stsInf := kube.NewInformer(cfg.Apps, cfg.Apps.StatefulSets(cfg.Namespace), &appsv1.StatefulSet{}, 0, none, nil)
+	dsInf := kube.NewInformer(cfg.Apps, cfg.Apps.DaemonSets(cfg.Namespace), &appsv1.DaemonSet{}, 0, none, nil)
+	c.statefulSets = listers.NewNamespaced(listers.New[*appsv1.StatefulSet](stsInf.GetIndexer(), appsv1.Resource("statefulsets")), cfg.Namespace)
+	c.daemonSets = listers.NewNamespaced(listers.New[*appsv1.DaemonSet](dsInf.GetIndexer(), appsv1.Resource("daemonsets")), cfg.Namespace)
 
 	// CSIDrivers are few; all of them are watched, so that a driver of the same
 	// name that pav did not make is seen (and never taken over).
-	all := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0)
-	csiInf := all.Storage().V1().CSIDrivers()
-	if err := csiInf.Informer().SetTransform(withoutManagedFields); err != nil {
-		return nil, err
+	csiInf := kube.NewInformer(cfg.Apps, cfg.Apps.CSIDrivers(), &storagev1.CSIDriver{}, 0, none, nil)
+	c.csiDrivers = listers.New[*storagev1.CSIDriver](csiInf.GetIndexer(), storagev1.Resource("csidrivers"))
+	for _, inf := range []cache.SharedIndexInformer{stsInf, dsInf, csiInf} {
+		if err := inf.SetTransform(withoutManagedFields); err != nil {
+			return nil, err
+		}
 	}
-	c.csiDrivers = csiInf.Lister()
-	pvInf := all.Core().V1().PersistentVolumes().Informer()
+	pvInf := kube.NewInformer(cfg.Kube, cfg.Kube.PersistentVolumes(), &corev1.PersistentVolume{}, 0, none,
+		cache.Indexers{indexByDriver: pvByDriver})
 	if err := pvInf.SetTransform(slim); err != nil {
-		return nil, err
-	}
-	if err := pvInf.AddIndexers(cache.Indexers{indexByDriver: pvByDriver}); err != nil {
 		return nil, err
 	}
 	c.pvs = pvInf.GetIndexer()
 
 	// Only pav's operation pods (they carry the provisioner label).
-	podsF := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithTransform(slim),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = podrunner.LabelProvisioner }))
-	podInf := podsF.Core().V1().Pods().Informer()
-	if err := podInf.AddIndexers(cache.Indexers{indexByProvisioner: podByProvisioner}); err != nil {
+	podInf := kube.NewInformer(cfg.Kube, cfg.Kube.Pods(""), &corev1.Pod{}, 0,
+		func(o *metav1.ListOptions) { o.LabelSelector = podrunner.LabelProvisioner },
+		cache.Indexers{indexByProvisioner: podByProvisioner})
+	if err := podInf.SetTransform(slim); err != nil {
 		return nil, err
 	}
 	c.pods = podInf.GetIndexer()
@@ -115,21 +117,17 @@ func New(cfg Config) (*Controller, error) {
 	// from the start of CreateVolume until DeleteVolume or the revert of a failed
 	// creation is done, also while no PV exists (creation in progress, a PV deleted
 	// behind the driver's back).
-	volInf := dyn.ForResource(v1alpha1.VolumeGroupVersionResource).Informer()
+	volInf := kube.NewInformer(cfg.Dynamic, cfg.Dynamic.Resource(v1alpha1.VolumeGroupVersionResource), &unstructured.Unstructured{},
+		0, none, cache.Indexers{indexByProvisioner: recordByProvisioner})
 	if err := volInf.SetTransform(slim); err != nil {
-		return nil, err
-	}
-	if err := volInf.AddIndexers(cache.Indexers{indexByProvisioner: recordByProvisioner}); err != nil {
 		return nil, err
 	}
 	c.records = volInf.GetIndexer()
 	// And of snapshots (PavSnapshots): a snapshot outlives its volume, and only
 	// the driver can delete it.
-	snapInf := dyn.ForResource(v1alpha1.SnapshotGroupVersionResource).Informer()
+	snapInf := kube.NewInformer(cfg.Dynamic, cfg.Dynamic.Resource(v1alpha1.SnapshotGroupVersionResource), &unstructured.Unstructured{},
+		0, none, cache.Indexers{indexByProvisioner: recordByProvisioner})
 	if err := snapInf.SetTransform(slim); err != nil {
-		return nil, err
-	}
-	if err := snapInf.AddIndexers(cache.Indexers{indexByProvisioner: recordByProvisioner}); err != nil {
 		return nil, err
 	}
 	c.guards = []guard{pvGuard(c.pvs), podGuard(c.pods), recordGuard(v1alpha1.VolumeKind, c.records),
@@ -145,10 +143,10 @@ func New(cfg Config) (*Controller, error) {
 		keys  func(any) []string
 		route routing
 	}{
-		{provInf.Informer(), func(o any) []string { return nameOf(o) }, always},
-		{stsInf.Informer(), ownerKeys, always},
-		{dsInf.Informer(), ownerKeys, always},
-		{csiInf.Informer(), func(o any) []string { return nameOf(o) }, always},
+		{provInf, func(o any) []string { return nameOf(o) }, always},
+		{stsInf, ownerKeys, always},
+		{dsInf, ownerKeys, always},
+		{csiInf, func(o any) []string { return nameOf(o) }, always},
 		{pvInf, pvKeys, counted},
 		{podInf, podKeys, guarding},
 		{volInf, func(o any) []string { k, _ := recordByProvisioner(o); return k }, guarding},
@@ -168,15 +166,15 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 		c.synced = append(c.synced, h.inf.HasSynced)
+		c.start = append(c.start, h.inf.Run)
 	}
-	c.start = []func(<-chan struct{}){dyn.Start, inNS.Start, all.Start, podsF.Start}
 	return c, nil
 }
 
 // Start runs the informers until ctx ends and waits for their first sync.
 func (c *Controller) Start(ctx context.Context) error {
-	for _, s := range c.start {
-		s(ctx.Done())
+	for _, run := range c.start {
+		go run(ctx.Done())
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("the manager's informers did not sync: %w", ctx.Err())

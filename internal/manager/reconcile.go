@@ -10,7 +10,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,8 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/kube/managerapi"
 )
 
 // reconcile brings one PavProvisioner's drivers and status to what its spec,
@@ -105,7 +106,7 @@ func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (wo
 		return w, &problem{reason: reasonCannotDeploy, err: err}
 	}
 	ns := c.cfg.Namespace
-	kube := c.cfg.Kube
+	apps := c.cfg.Apps
 	var changed []string
 	var first *problem
 	note := func(change string, prob *problem) {
@@ -116,32 +117,11 @@ func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (wo
 			first = prob
 		}
 	}
-	_, change, prob := ensure(ctx, c, p, "CSIDriver", "", *objs.CSIDriver.Name, objs.CSIDriver,
-		c.csiDrivers.Get,
-		func(ctx context.Context) (*storagev1.CSIDriver, error) {
-			return kube.StorageV1().CSIDrivers().Apply(ctx, objs.CSIDriver, applyOptions)
-		},
-		func(ctx context.Context, uid types.UID) error {
-			return kube.StorageV1().CSIDrivers().Delete(ctx, *objs.CSIDriver.Name, deleteOptions(uid))
-		})
+	_, change, prob := ensure(ctx, c, p, "CSIDriver", objs.CSIDriver, c.csiDrivers.Get, apps.CSIDrivers())
 	note(change, prob)
-	w.controller, change, prob = ensure(ctx, c, p, "StatefulSet", ns, *objs.Controller.Name, objs.Controller,
-		c.statefulSets.Get,
-		func(ctx context.Context) (*appsv1.StatefulSet, error) {
-			return kube.AppsV1().StatefulSets(ns).Apply(ctx, objs.Controller, applyOptions)
-		},
-		func(ctx context.Context, uid types.UID) error {
-			return kube.AppsV1().StatefulSets(ns).Delete(ctx, *objs.Controller.Name, deleteOptions(uid))
-		})
+	w.controller, change, prob = ensure(ctx, c, p, "StatefulSet", objs.Controller, c.statefulSets.Get, apps.StatefulSets(ns))
 	note(change, prob)
-	w.node, change, prob = ensure(ctx, c, p, "DaemonSet", ns, *objs.Node.Name, objs.Node,
-		c.daemonSets.Get,
-		func(ctx context.Context) (*appsv1.DaemonSet, error) {
-			return kube.AppsV1().DaemonSets(ns).Apply(ctx, objs.Node, applyOptions)
-		},
-		func(ctx context.Context, uid types.UID) error {
-			return kube.AppsV1().DaemonSets(ns).Delete(ctx, *objs.Node.Name, deleteOptions(uid))
-		})
+	w.node, change, prob = ensure(ctx, c, p, "DaemonSet", objs.Node, c.daemonSets.Get, apps.DaemonSets(ns))
 	note(change, prob)
 	if len(changed) > 0 {
 		c.cfg.Recorder.Eventf(p, corev1.EventTypeNormal, "Applied", "Applied %s", strings.Join(changed, ", "))
@@ -150,6 +130,9 @@ func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (wo
 }
 
 var applyOptions = metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+
+// applyPatchOptions are applyOptions for a server-side apply sent as a patch.
+var applyPatchOptions = metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}
 
 // deleteOptions deletes exactly the object seen (UID) and, in the foreground, its
 // pods first: once the object is gone, so are the drivers.
@@ -181,18 +164,26 @@ func ownedBy(o metav1.Object, p *v1alpha1.PavProvisioner) ownership {
 	return owned
 }
 
-// ensure makes one object what the manager wants. It returns the object as
-// it now is (nil when it is not the manager's, or absent) and what it did
-// ("created X", "updated X" or "").
-func ensure[T metav1.Object](ctx context.Context, c *Controller, p *v1alpha1.PavProvisioner, kind, namespace, name string, desired any,
-	get func(string) (T, error),
-	apply func(context.Context) (T, error), del func(context.Context, types.UID) error,
+// ensure makes one object what the manager wants (desired, rendered). It
+// returns the object as it now is (nil when it is not the manager's, or
+// absent) and what it did ("created X", "updated X" or "").
+func ensure[T interface {
+	metav1.Object
+	runtime.Object
+}, L runtime.Object](ctx context.Context, c *Controller, p *v1alpha1.PavProvisioner, kind string,
+	desired metav1.Object, get func(string) (T, error), client managerapi.Applied[T, L],
 ) (T, string, *problem) {
 	var none T
+	name, namespace := desired.GetName(), desired.GetNamespace()
 	what := kind + " " + name
 	if namespace != "" {
 		what = kind + " " + namespace + "/" + name
 	}
+	config, err := ApplyConfig(desired)
+	if err != nil {
+		return none, "", &problem{reason: reasonCannotDeploy, err: fmt.Errorf("%s: %w", what, err)}
+	}
+	del := func(ctx context.Context, uid types.UID) error { return client.Delete(ctx, name, deleteOptions(uid)) }
 	live, err := get(name)
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -214,7 +205,7 @@ func ensure[T metav1.Object](ctx context.Context, c *Controller, p *v1alpha1.Pav
 			c.cfg.Recorder.Eventf(p, corev1.EventTypeNormal, "Replacing", "Deleting %s, left by an earlier PavProvisioner of this name", what)
 			return none, "", &problem{reason: reasonReplacing, err: fmt.Errorf("waiting for the deletion of %s, left by an earlier PavProvisioner of this name", what)}
 		}
-		current, err := upToDate(desired, live)
+		current, err := upToDate(config, live)
 		if err != nil {
 			return none, "", &problem{reason: reasonApplyFailed, err: fmt.Errorf("comparing %s with what pav-manager applies: %w", what, err), transient: true}
 		}
@@ -222,7 +213,11 @@ func ensure[T metav1.Object](ctx context.Context, c *Controller, p *v1alpha1.Pav
 			return live, "", nil
 		}
 	}
-	applied, err := apply(ctx)
+	data, err := json.Marshal(config)
+	if err != nil {
+		return none, "", &problem{reason: reasonCannotDeploy, err: fmt.Errorf("%s: %w", what, err)}
+	}
+	applied, err := client.Patch(ctx, name, types.ApplyPatchType, data, applyPatchOptions)
 	if err != nil {
 		return none, "", &problem{reason: reasonApplyFailed, err: fmt.Errorf("applying %s: %w", what, err), transient: true}
 	}
@@ -319,21 +314,21 @@ func (c *Controller) removeDrivers(ctx context.Context, p *v1alpha1.PavProvision
 	var items []item
 	if o, err := c.csiDrivers.Get(p.Name); err == nil {
 		items = append(items, item{"CSIDriver " + p.Name, o, func(ctx context.Context, uid types.UID) error {
-			return c.cfg.Kube.StorageV1().CSIDrivers().Delete(ctx, p.Name, deleteOptions(uid))
+			return c.cfg.Apps.CSIDrivers().Delete(ctx, p.Name, deleteOptions(uid))
 		}})
 	} else if !apierrors.IsNotFound(err) {
 		return nil, err
 	}
 	if o, err := c.statefulSets.Get(ControllerName(p.Name)); err == nil {
 		items = append(items, item{"StatefulSet " + ns + "/" + o.Name, o, func(ctx context.Context, uid types.UID) error {
-			return c.cfg.Kube.AppsV1().StatefulSets(ns).Delete(ctx, o.Name, deleteOptions(uid))
+			return c.cfg.Apps.StatefulSets(ns).Delete(ctx, o.Name, deleteOptions(uid))
 		}})
 	} else if !apierrors.IsNotFound(err) {
 		return nil, err
 	}
 	if o, err := c.daemonSets.Get(NodeName(p.Name)); err == nil {
 		items = append(items, item{"DaemonSet " + ns + "/" + o.Name, o, func(ctx context.Context, uid types.UID) error {
-			return c.cfg.Kube.AppsV1().DaemonSets(ns).Delete(ctx, o.Name, deleteOptions(uid))
+			return c.cfg.Apps.DaemonSets(ns).Delete(ctx, o.Name, deleteOptions(uid))
 		}})
 	} else if !apierrors.IsNotFound(err) {
 		return nil, err

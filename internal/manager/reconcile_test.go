@@ -17,14 +17,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 )
 
 // restart is a new manager (new settings, empty caches) on the same cluster.
 func (f *fixture) restart(s Settings) {
 	f.t.Helper()
-	c, err := New(Config{Kube: f.kube, Dynamic: f.dyn, Namespace: ns, Settings: s, Recorder: f.events})
+	c, err := New(Config{Kube: kubetest.Wrap(f.kube), Apps: kubetest.WrapManager(f.kube), Dynamic: f.dyn, Namespace: ns, Settings: s, Recorder: f.events})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -272,7 +274,7 @@ func TestObjectsNotMadeByTheManager(t *testing.T) {
 		Labels: map[string]string{labelInstance: "p1"}}}
 	foreignCSI := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "p1"}}
 	staleRef := []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Name: "p1",
-		UID: "uid-0", Controller: ptr(true)}}
+		UID: "uid-0", Controller: ptr.To(true)}}
 	staleDS := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "pav-p1-node", Namespace: ns, UID: "ds-0", OwnerReferences: staleRef}}
 	for _, tc := range []struct {
 		name      string
@@ -522,7 +524,7 @@ func TestDeletionLeavesOthersAlone(t *testing.T) {
 
 func TestEventKeys(t *testing.T) {
 	owned := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "pav-p1-controller", Labels: map[string]string{labelInstance: "p1"},
-		OwnerReferences: []metav1.OwnerReference{{Kind: v1alpha1.Kind, Name: "p1", Controller: ptr(true)}}}}
+		OwnerReferences: []metav1.OwnerReference{{Kind: v1alpha1.Kind, Name: "p1", Controller: ptr.To(true)}}}}
 	for _, tc := range []struct {
 		name string
 		keys func(any) []string
@@ -575,7 +577,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
 
 // recordingQueue records what is queued, now and later.
 type recordingQueue struct {

@@ -2,16 +2,17 @@ package manager
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	storagev1ac "k8s.io/client-go/applyconfigurations/storage/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -45,11 +46,12 @@ const maxNameLength = 63 - len("pav-") - len("-controller") - 1 - 10
 
 // Objects are what the manager applies for one PavProvisioner: the three
 // documents of deploy/provisioner with the name substituted, the settings
-// applied and an owner reference to the PavProvisioner.
+// applied and an owner reference to the PavProvisioner. What is applied is
+// each object's fields that are set (ApplyConfig), not their zero values.
 type Objects struct {
-	CSIDriver  *storagev1ac.CSIDriverApplyConfiguration
-	Controller *appsv1ac.StatefulSetApplyConfiguration
-	Node       *appsv1ac.DaemonSetApplyConfiguration
+	CSIDriver  *storagev1.CSIDriver
+	Controller *appsv1.StatefulSet
+	Node       *appsv1.DaemonSet
 }
 
 // ControllerName and NodeName are the names of a provisioner's workloads.
@@ -73,25 +75,17 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 	if err := decode(deploy.NodeYAML, p.Name, &o.Node); err != nil {
 		return nil, err
 	}
-	owner := metav1ac.OwnerReference().
-		WithAPIVersion(v1alpha1.SchemeGroupVersion.String()).WithKind(v1alpha1.Kind).
-		WithName(p.Name).WithUID(p.UID).
-		WithController(true).WithBlockOwnerDeletion(true)
-	o.CSIDriver.WithOwnerReferences(owner).WithLabels(map[string]string{labelManagedBy: FieldManager})
-	o.Controller.WithNamespace(namespace).WithOwnerReferences(owner).WithLabels(map[string]string{labelManagedBy: FieldManager})
-	o.Node.WithNamespace(namespace).WithOwnerReferences(owner).WithLabels(map[string]string{labelManagedBy: FieldManager})
-
-	if o.Controller.Spec == nil || o.Node.Spec == nil {
-		return nil, fmt.Errorf("the embedded workload manifests have no spec")
+	owner := metav1.OwnerReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind,
+		Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	for _, m := range []*metav1.ObjectMeta{&o.CSIDriver.ObjectMeta, &o.Controller.ObjectMeta, &o.Node.ObjectMeta} {
+		m.OwnerReferences = []metav1.OwnerReference{owner}
+		if m.Labels == nil {
+			m.Labels = map[string]string{}
+		}
+		m.Labels[labelManagedBy] = FieldManager
 	}
-	ctrl, err := podSpec(o.Controller.Spec.Template, "StatefulSet")
-	if err != nil {
-		return nil, err
-	}
-	node, err := podSpec(o.Node.Spec.Template, "DaemonSet")
-	if err != nil {
-		return nil, err
-	}
+	o.Controller.Namespace, o.Node.Namespace = namespace, namespace
+	ctrl, node := &o.Controller.Spec.Template.Spec, &o.Node.Spec.Template.Spec
 	for _, name := range []string{containerResizer, containerSnapshot} {
 		if container(ctrl, name) == nil {
 			return nil, fmt.Errorf("deploy/provisioner has no container %q: the embedded manifests and the manager disagree", name)
@@ -102,14 +96,15 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 	// capability, and would crash-loop the controller pod.
 	f := features(p)
 	wanted := sidecars(f)
-	for _, t := range []*corev1ac.PodTemplateSpecApplyConfiguration{o.Controller.Spec.Template, o.Node.Spec.Template} {
-		t.WithAnnotations(map[string]string{AnnotationFeatures: featureSummary(f)})
+	for _, t := range []*metav1.ObjectMeta{&o.Controller.Spec.Template.ObjectMeta, &o.Node.Spec.Template.ObjectMeta} {
+		if t.Annotations == nil {
+			t.Annotations = map[string]string{}
+		}
+		t.Annotations[AnnotationFeatures] = featureSummary(f)
 	}
-	ctrl.Containers = slices.DeleteFunc(ctrl.Containers, func(c corev1ac.ContainerApplyConfiguration) bool {
-		return c.Name != nil && !wanted[*c.Name]
-	})
+	ctrl.Containers = slices.DeleteFunc(ctrl.Containers, func(c corev1.Container) bool { return !wanted[c.Name] })
 	for _, c := range []struct {
-		spec      *corev1ac.PodSpecApplyConfiguration
+		spec      *corev1.PodSpec
 		name      string
 		image     string
 		resources *corev1.ResourceRequirements
@@ -131,13 +126,13 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 			return nil, fmt.Errorf("deploy/provisioner has no container %q: the embedded manifests and the manager disagree", c.name)
 		}
 		if c.image != "" {
-			ct.WithImage(c.image)
+			ct.Image = c.image
 		}
 		if s.ImagePullPolicy != "" {
-			ct.WithImagePullPolicy(s.ImagePullPolicy)
+			ct.ImagePullPolicy = s.ImagePullPolicy
 		}
 		if c.resources != nil {
-			ct.Resources = resources(*c.resources)
+			ct.Resources = *c.resources
 		}
 		if s.LogLevel != nil {
 			ct.Args = setArg(ct.Args, "--v", strconv.Itoa(*s.LogLevel))
@@ -154,29 +149,13 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 	if sel := s.NodePlugin.NodeSelector; sel != nil {
 		node.NodeSelector = nil
 		if len(sel) > 0 {
-			node.WithNodeSelector(sel)
+			node.NodeSelector = sel
 		}
 	}
 	if tol := s.NodePlugin.Tolerations; tol != nil {
 		node.Tolerations = nil
-		for _, t := range tol {
-			ta := corev1ac.Toleration()
-			if t.Key != "" {
-				ta.WithKey(t.Key)
-			}
-			if t.Operator != "" {
-				ta.WithOperator(t.Operator)
-			}
-			if t.Value != "" {
-				ta.WithValue(t.Value)
-			}
-			if t.Effect != "" {
-				ta.WithEffect(t.Effect)
-			}
-			if t.TolerationSeconds != nil {
-				ta.WithTolerationSeconds(*t.TolerationSeconds)
-			}
-			node.WithTolerations(ta)
+		if len(tol) > 0 {
+			node.Tolerations = tol
 		}
 	}
 	if err := stamp(o); err != nil {
@@ -188,26 +167,45 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 // stamp annotates each object with the digest of its configuration
 // (AnnotationApplied).
 func stamp(o *Objects) error {
-	for _, s := range []struct {
-		config   any
-		annotate func(map[string]string)
-	}{
-		{o.CSIDriver, func(a map[string]string) { o.CSIDriver.WithAnnotations(a) }},
-		{o.Controller, func(a map[string]string) { o.Controller.WithAnnotations(a) }},
-		{o.Node, func(a map[string]string) { o.Node.WithAnnotations(a) }},
-	} {
-		d, err := digest(s.config)
+	for _, obj := range []interface {
+		metav1.Object
+	}{o.CSIDriver, o.Controller, o.Node} {
+		config, err := ApplyConfig(obj)
 		if err != nil {
 			return err
 		}
-		s.annotate(map[string]string{AnnotationApplied: d})
+		d, err := digest(config)
+		if err != nil {
+			return err
+		}
+		a := obj.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[AnnotationApplied] = d
+		obj.SetAnnotations(a)
 	}
 	return nil
 }
 
-// decode substitutes the name into one manifest and reads it strictly into an
-// apply configuration, which holds exactly the fields the manifest sets: that is
-// what the manager owns in server-side apply, no zero values besides.
+// ApplyConfig is what server-side apply sends of a rendered object: its fields
+// as JSON, without its status (the API server's to write). A zero value that
+// the types always marshal (a StatefulSet's empty updateStrategy) is applied
+// as such, and compared as absent (covers).
+func ApplyConfig(obj any) (map[string]any, error) {
+	j, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(j, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	return m, nil
+}
+
+// decode substitutes the name into one manifest and reads it strictly.
 func decode[T any](manifest []byte, name string, into **T) error {
 	doc := bytes.ReplaceAll(manifest, []byte(deploy.ProvisionerPlaceholder), []byte(name))
 	var v T
@@ -218,36 +216,13 @@ func decode[T any](manifest []byte, name string, into **T) error {
 	return nil
 }
 
-func podSpec(t *corev1ac.PodTemplateSpecApplyConfiguration, kind string) (*corev1ac.PodSpecApplyConfiguration, error) {
-	if t == nil || t.Spec == nil {
-		return nil, fmt.Errorf("the embedded %s manifest has no spec.template.spec", kind)
-	}
-	return t.Spec, nil
-}
-
-func container(spec *corev1ac.PodSpecApplyConfiguration, name string) *corev1ac.ContainerApplyConfiguration {
+func container(spec *corev1.PodSpec, name string) *corev1.Container {
 	for i := range spec.Containers {
-		if c := &spec.Containers[i]; c.Name != nil && *c.Name == name {
+		if c := &spec.Containers[i]; c.Name == name {
 			return c
 		}
 	}
 	return nil
-}
-
-// resources turns settings into an apply configuration; empty maps stay unset,
-// so that what is applied is what the API server stores (and reads back equal).
-func resources(r corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
-	if len(r.Requests) == 0 && len(r.Limits) == 0 {
-		return nil
-	}
-	ra := corev1ac.ResourceRequirements()
-	if len(r.Requests) > 0 {
-		ra.WithRequests(r.Requests)
-	}
-	if len(r.Limits) > 0 {
-		ra.WithLimits(r.Limits)
-	}
-	return ra
 }
 
 // setArg replaces flag's value in args (--flag=value form) or appends it.

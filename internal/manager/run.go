@@ -11,19 +11,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
+	"github.com/pods-as-volumes/pav/internal/kube"
+	"github.com/pods-as-volumes/pav/internal/kube/managerapi"
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
+	"github.com/pods-as-volumes/pav/internal/lease"
 )
 
 // Options are `pav manager`'s flags.
@@ -87,7 +84,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	cfg.UserAgent = "pav-manager/" + o.Version
-	kube, err := kubernetes.NewForConfig(cfg)
+	core, err := kube.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	apps, err := managerapi.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -97,16 +98,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(core.EventSink())
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+	// Events are about PavProvisioners, whose kind toProvisioner sets.
+	recorder := broadcaster.NewRecorder(managerapi.Scheme, corev1.EventSource{Component: FieldManager})
 
-	c, err := New(Config{Kube: kube, Dynamic: dyn, Namespace: o.Namespace, Settings: settings, Recorder: recorder,
+	c, err := New(Config{Kube: core, Apps: apps, Dynamic: dyn, Namespace: o.Namespace, Settings: settings, Recorder: recorder,
 		Resync: 10 * time.Minute})
 	if err != nil {
 		return err
 	}
-	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	watchdog := lease.NewHealthzAdaptor(20 * time.Second)
 	if o.HTTPEndpoint != "" {
 		hs := healthServer(o.HTTPEndpoint, c, watchdog)
 		go func() {
@@ -131,11 +133,6 @@ func Run(ctx context.Context, o Options) error {
 		id, _ = os.Hostname()
 	}
 	id += "_" + rand.String(8)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: o.LeaseName, Namespace: o.Namespace},
-		Client:     kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
 	// On shutdown the workers stop first and only then is the Lease released
 	// (ReleaseOnCancel), so that a successor never works beside this manager;
 	// the election itself runs on its own context for that.
@@ -155,33 +152,31 @@ func Run(ctx context.Context, o Options) error {
 		}
 		leCancel()
 	}()
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, Name: FieldManager, WatchDog: watchdog,
+	le, err := lease.New(lease.Config{
+		Client: apps.Leases(o.Namespace), Name: o.LeaseName, Identity: id, WatchDog: watchdog,
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
 		// A rolling update hands over at once instead of after LeaseDuration.
 		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leading context.Context) {
-				isLeader.Store(true)
-				klog.InfoS("became the leader", "identity", id)
-				work, cancel := context.WithCancel(leading)
-				defer cancel()
-				go func() {
-					select {
-					case <-ctx.Done():
-					case <-leading.Done():
-					}
-					cancel()
-				}()
-				c.Run(work, o.Workers)
-				close(stopped)
-			},
-			OnStoppedLeading: func() { klog.InfoS("stopped leading", "identity", id) },
-			OnNewLeader: func(leader string) {
-				if leader != id {
-					klog.InfoS("another manager leads", "leader", leader)
+		OnStartedLeading: func(leading context.Context) {
+			isLeader.Store(true)
+			klog.InfoS("became the leader", "identity", id)
+			work, cancel := context.WithCancel(leading)
+			defer cancel()
+			go func() {
+				select {
+				case <-ctx.Done():
+				case <-leading.Done():
 				}
-			},
+				cancel()
+			}()
+			c.Run(work, o.Workers)
+			close(stopped)
+		},
+		OnStoppedLeading: func() { klog.InfoS("stopped leading", "identity", id) },
+		OnNewLeader: func(leader string) {
+			if leader != id {
+				klog.InfoS("another manager leads", "leader", leader)
+			}
 		},
 	})
 	if err != nil {
@@ -197,7 +192,7 @@ func Run(ctx context.Context, o Options) error {
 // healthServer: /healthz (alive; fails when the leader stopped renewing its
 // Lease), /readyz (informers synced) and /metrics (client-go's request
 // metrics: the manager's API requests; process and Go runtime).
-func healthServer(addr string, c *Controller, watchdog *leaderelection.HealthzAdaptor) *http.Server {
+func healthServer(addr string, c *Controller, watchdog *lease.HealthzAdaptor) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.HandlerFor(kubeconfig.Gatherer(), metrics.HandlerOpts{ErrorHandling: metrics.ContinueOnError}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {

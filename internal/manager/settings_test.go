@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
@@ -27,14 +26,14 @@ func renderP1(t *testing.T, s Settings) *Objects {
 }
 
 // containers of the rendered objects by "<workload>/<container>".
-func containers(o *Objects) map[string]*corev1ac.ContainerApplyConfiguration {
-	m := map[string]*corev1ac.ContainerApplyConfiguration{}
+func containers(o *Objects) map[string]*corev1.Container {
+	m := map[string]*corev1.Container{}
 	for _, w := range []struct {
 		name string
-		spec *corev1ac.PodSpecApplyConfiguration
-	}{{"controller", o.Controller.Spec.Template.Spec}, {"node", o.Node.Spec.Template.Spec}} {
+		spec *corev1.PodSpec
+	}{{"controller", &o.Controller.Spec.Template.Spec}, {"node", &o.Node.Spec.Template.Spec}} {
 		for i := range w.spec.Containers {
-			m[w.name+"/"+*w.spec.Containers[i].Name] = &w.spec.Containers[i]
+			m[w.name+"/"+w.spec.Containers[i].Name] = &w.spec.Containers[i]
 		}
 	}
 	return m
@@ -52,7 +51,7 @@ func TestRenderAppliesSettings(t *testing.T) {
 	}{
 		{"nothing set keeps the manifests", Settings{}, func(t *testing.T, o *Objects) {
 			c := containers(o)
-			if *c["controller/pav"].Image != "ghcr.io/pods-as-volumes/pav:v0.2.0" || c["node/pav"].ImagePullPolicy != nil ||
+			if c["controller/pav"].Image != "ghcr.io/pods-as-volumes/pav:v0.2.0" || c["node/pav"].ImagePullPolicy != "" ||
 				!slices.Contains(c["controller/pav"].Args, "--v=2") || o.Node.Spec.Template.Spec.Tolerations == nil {
 				t.Errorf("defaults changed: %+v", c["controller/pav"])
 			}
@@ -61,14 +60,14 @@ func TestRenderAppliesSettings(t *testing.T) {
 			c := containers(o)
 			for name, want := range map[string]string{"controller/pav": "r/pav:1", "node/pav": "r/pav:1",
 				"controller/csi-provisioner": "r/prov:2", "node/node-driver-registrar": "r/reg:3"} {
-				if *c[name].Image != want {
-					t.Errorf("%s image %s, want %s", name, *c[name].Image, want)
+				if c[name].Image != want {
+					t.Errorf("%s image %s, want %s", name, c[name].Image, want)
 				}
 			}
 		}},
 		{"pull policy", Settings{ImagePullPolicy: corev1.PullNever}, func(t *testing.T, o *Objects) {
 			for name, c := range containers(o) {
-				if c.ImagePullPolicy == nil || *c.ImagePullPolicy != corev1.PullNever {
+				if c.ImagePullPolicy != corev1.PullNever {
 					t.Errorf("%s pull policy %v", name, c.ImagePullPolicy)
 				}
 			}
@@ -118,8 +117,8 @@ func TestRenderAppliesSettings(t *testing.T) {
 			Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpEqual, Value: "x", Effect: corev1.TaintEffectNoSchedule}}}},
 			func(t *testing.T, o *Objects) {
 				spec := o.Node.Spec.Template.Spec
-				if spec.NodeSelector["disk"] != "yes" || len(spec.Tolerations) != 1 || *spec.Tolerations[0].Key != "gpu" ||
-					*spec.Tolerations[0].Effect != corev1.TaintEffectNoSchedule {
+				if spec.NodeSelector["disk"] != "yes" || len(spec.Tolerations) != 1 || spec.Tolerations[0].Key != "gpu" ||
+					spec.Tolerations[0].Effect != corev1.TaintEffectNoSchedule {
 					t.Errorf("node spec %+v %+v", spec.NodeSelector, spec.Tolerations)
 				}
 				if o.Controller.Spec.Template.Spec.NodeSelector != nil {
@@ -134,7 +133,7 @@ func TestRenderAppliesSettings(t *testing.T) {
 		{"resources of one container", Settings{Resources: Resources{Node: &big}}, func(t *testing.T, o *Objects) {
 			c := containers(o)
 			got := c["node/pav"].Resources
-			if got == nil || (*got.Limits)[corev1.ResourceMemory] != resource.MustParse("128Mi") {
+			if got.Limits[corev1.ResourceMemory] != resource.MustParse("128Mi") {
 				t.Errorf("node/pav resources %+v", got)
 			}
 			if mustJSON(t, c["controller/pav"].Resources) != mustJSON(t, containers(defaults)["controller/pav"].Resources) {
@@ -142,14 +141,15 @@ func TestRenderAppliesSettings(t *testing.T) {
 			}
 		}},
 		{"empty resources remove the manifest's", Settings{Resources: Resources{Controller: &corev1.ResourceRequirements{}}}, func(t *testing.T, o *Objects) {
-			if r := containers(o)["controller/pav"].Resources; r != nil {
+			// Applied as an empty object: the manager owns no request or limit any more.
+			if r := containers(o)["controller/pav"].Resources; r.Requests != nil || r.Limits != nil {
 				t.Errorf("resources %+v", r)
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := renderP1(t, tc.s)
-			if *o.Controller.Namespace != "pav-system" || *o.Node.Namespace != "pav-system" {
+			if o.Controller.Namespace != "pav-system" || o.Node.Namespace != "pav-system" {
 				t.Error("the workloads are not in the manager's namespace")
 			}
 			tc.check(t, o)

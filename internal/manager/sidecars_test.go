@@ -44,7 +44,7 @@ func typed(t *testing.T, u *unstructured.Unstructured) *v1alpha1.PavProvisioner 
 func controllerContainers(o *Objects) []string {
 	var names []string
 	for _, c := range o.Controller.Spec.Template.Spec.Containers {
-		names = append(names, *c.Name)
+		names = append(names, c.Name)
 	}
 	return names
 }
@@ -106,8 +106,8 @@ func TestSidecarSettings(t *testing.T) {
 		if ct == nil {
 			t.Fatalf("no %s", name)
 		}
-		if *ct.Image != want || ct.ImagePullPolicy == nil || *ct.ImagePullPolicy != "Never" || !slices.Contains(ct.Args, "--v=4") {
-			t.Errorf("%s: image %s, pull policy %v, args %v", name, *ct.Image, ct.ImagePullPolicy, ct.Args)
+		if ct.Image != want || ct.ImagePullPolicy != "Never" || !slices.Contains(ct.Args, "--v=4") {
+			t.Errorf("%s: image %s, pull policy %v, args %v", name, ct.Image, ct.ImagePullPolicy, ct.Args)
 		}
 		if !slices.Contains(ct.Args, "--csi-address=/csi/csi.sock") || !slices.Contains(ct.Args, "--leader-election") {
 			t.Errorf("%s args %v: not on the driver's socket with leader election", name, ct.Args)

@@ -26,7 +26,7 @@ func Of(t *testing.T, provisionerFile, container string) []string {
 		t.Fatal(err)
 	}
 	for _, c := range append(o.Controller.Spec.Template.Spec.Containers, o.Node.Spec.Template.Spec.Containers...) {
-		if c.Name != nil && *c.Name == container {
+		if c.Name == container {
 			if len(c.Args) == 0 {
 				t.Fatalf("container %s of %s's workloads has no arguments", container, p.Name)
 			}
