@@ -577,7 +577,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-
 // recordingQueue records what is queued, now and later.
 type recordingQueue struct {
 	workqueue.TypedRateLimitingInterface[string]
