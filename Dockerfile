@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The pav image: `pav` for the manager (Deployment) and the offline tools, `pav-driver
 # --mode=controller|node` (per-provisioner StatefulSet and DaemonSet; `pav driver` is the
-# same command, in a binary that idles in more memory: cmd/pav-driver), and `pav-report`,
+# same command, in the binary that also links the manager: cmd/pav-driver), and `pav-report`,
 # the small sidecar pav adds to a provisioner's controller-side pods.
 #
 #   docker build -t ghcr.io/pods-as-volumes/pav:v0.2.0 .

@@ -4,11 +4,11 @@
 //
 // Why a binary of its own: a cluster runs two driver processes per
 // provisioner and node, so their idle memory is what pav costs at rest. The
-// pav binary also holds the manager, whose client-go clientset registers every
-// API group's types when the program starts, whichever command runs: that kept
-// some 15 MiB of k8s.io/api's code and data resident in every driver process.
-// This binary links no clientset (internal/kube instead; main_test.go checks
-// it).
+// pav binary also holds the manager (with the apps/v1 and coordination/v1 API
+// groups it applies and elects with) and the offline tools, whose package
+// initialisation would run in every driver process too. This binary links the
+// driver alone and, like pav, no client-go clientset (internal/kube instead;
+// main_test.go checks it).
 package main
 
 import (

@@ -98,7 +98,7 @@ type workloads struct {
 }
 
 // deploy applies the provisioner's CSIDriver, StatefulSet and DaemonSet where
-// they differ from what the manager owns in them.
+// they are not up to date (drift.go).
 func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (workloads, *problem) {
 	var w workloads
 	objs, err := Render(p, c.cfg.Namespace, c.cfg.Settings)
