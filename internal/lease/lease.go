@@ -55,6 +55,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 )
 
 // JitterFactor is client-go's: a candidate waits between RetryPeriod and
@@ -304,7 +305,7 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) bool {
 	l := cur.DeepCopy()
 	if !e.IsLeader() { // taking it over; a renewal keeps both
 		l.Spec.AcquireTime = new(metav1.NewMicroTime(now))
-		l.Spec.LeaseTransitions = new(ptrValue(cur.Spec.LeaseTransitions) + 1)
+		l.Spec.LeaseTransitions = new(ptr.Deref(cur.Spec.LeaseTransitions, 0) + 1)
 	}
 	e.claim(&l.Spec, now)
 	got, err := e.cfg.Client.Update(ctx, l, metav1.UpdateOptions{})
@@ -372,7 +373,7 @@ func (e *Elector) observe(spec *coordinationv1.LeaseSpec) {
 func (e *Elector) valid(now time.Time) bool {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	d := time.Duration(ptrValue(e.observed.LeaseDurationSeconds)) * time.Second
+	d := time.Duration(ptr.Deref(e.observed.LeaseDurationSeconds, 0)) * time.Second
 	return e.observedTime.Add(d).After(now)
 }
 
@@ -392,13 +393,6 @@ func holder(spec *coordinationv1.LeaseSpec) string {
 		return ""
 	}
 	return *spec.HolderIdentity
-}
-
-func ptrValue(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 // HealthzAdaptor is a /healthz check that fails when this process leads but
