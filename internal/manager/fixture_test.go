@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
-	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 )
 
 const ns = "pav"
@@ -58,14 +57,7 @@ func newFixture(t *testing.T, s Settings, objs ...runtime.Object) *fixture {
 				v1alpha1.SnapshotGroupVersionResource: "PavSnapshotList"}),
 		events: record.NewFakeRecorder(100)}
 	f.dyn.PrependReactor("patch", v1alpha1.Resource, applyAsMergePatch(f.dyn.Tracker()))
-	c, err := New(Config{Kube: kubetest.Wrap(f.kube), Apps: kubetest.WrapManager(f.kube), Dynamic: f.dyn, Namespace: ns, Settings: s, Recorder: f.events})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f.c = c
+	f.restart(s) // the first manager
 	return f
 }
 

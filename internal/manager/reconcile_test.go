@@ -23,7 +23,8 @@ import (
 	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 )
 
-// restart is a new manager (new settings, empty caches) on the same cluster.
+// restart is a new manager (new settings, empty caches) on the same cluster,
+// and newFixture's first.
 func (f *fixture) restart(s Settings) {
 	f.t.Helper()
 	c, err := New(Config{Kube: kubetest.Wrap(f.kube), Apps: kubetest.WrapManager(f.kube), Dynamic: f.dyn, Namespace: ns, Settings: s, Recorder: f.events})
