@@ -46,8 +46,8 @@ const maxNameLength = 63 - len("pav-") - len("-controller") - 1 - 10
 
 // Objects are what the manager applies for one PavProvisioner: the three
 // documents of deploy/provisioner with the name substituted, the settings
-// applied and an owner reference to the PavProvisioner. What is applied is
-// each object's fields that are set (ApplyConfig), not their zero values.
+// applied and an owner reference to the PavProvisioner. What is applied of
+// each is its ApplyConfig.
 type Objects struct {
 	CSIDriver  *storagev1.CSIDriver
 	Controller *appsv1.StatefulSet
@@ -167,9 +167,7 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 // stamp annotates each object with the digest of its configuration
 // (AnnotationApplied).
 func stamp(o *Objects) error {
-	for _, obj := range []interface {
-		metav1.Object
-	}{o.CSIDriver, o.Controller, o.Node} {
+	for _, obj := range []metav1.Object{o.CSIDriver, o.Controller, o.Node} {
 		config, err := ApplyConfig(obj)
 		if err != nil {
 			return err
