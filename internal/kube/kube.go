@@ -228,7 +228,8 @@ type ListWatcher[L runtime.Object] interface {
 }
 
 // NewInformer is an informer of r's objects (example is one, empty), listed
-// and watched with tweak applied to every request (a label selector, say),
+// and watched with tweak, if not nil, applied to every request (a label
+// selector, say),
 // indexed by namespace and by indexers. It is what client-go's informer
 // factories and dynamicinformer build, without importing them: both import
 // every API group's informers and typed clients (see the package comment).
@@ -239,6 +240,9 @@ type ListWatcher[L runtime.Object] interface {
 // ends the stream, so an informer on them would never sync.
 func NewInformer[L runtime.Object](client any, r ListWatcher[L], example runtime.Object, resync time.Duration,
 	tweak func(*metav1.ListOptions), indexers cache.Indexers) cache.SharedIndexInformer {
+	if tweak == nil {
+		tweak = func(*metav1.ListOptions) {}
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			tweak(&o)

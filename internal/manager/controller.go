@@ -78,27 +78,26 @@ func New(cfg Config) (*Controller, error) {
 		workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "pav-manager"})}
 
-	none := func(*metav1.ListOptions) {}
 	provInf := kube.NewInformer(cfg.Dynamic, cfg.Dynamic.Resource(v1alpha1.GroupVersionResource), &unstructured.Unstructured{},
-		cfg.Resync, none, nil)
+		cfg.Resync, nil, nil)
 	c.provisioners = cache.NewGenericLister(provInf.GetIndexer(), v1alpha1.GroupVersionResource.GroupResource())
 
 	// The workloads in the manager's namespace.
-	stsInf := kube.NewInformer(cfg.Apps, cfg.Apps.StatefulSets(cfg.Namespace), &appsv1.StatefulSet{}, 0, none, nil)
-	dsInf := kube.NewInformer(cfg.Apps, cfg.Apps.DaemonSets(cfg.Namespace), &appsv1.DaemonSet{}, 0, none, nil)
+	stsInf := kube.NewInformer(cfg.Apps, cfg.Apps.StatefulSets(cfg.Namespace), &appsv1.StatefulSet{}, 0, nil, nil)
+	dsInf := kube.NewInformer(cfg.Apps, cfg.Apps.DaemonSets(cfg.Namespace), &appsv1.DaemonSet{}, 0, nil, nil)
 	c.statefulSets = listers.NewNamespaced(listers.New[*appsv1.StatefulSet](stsInf.GetIndexer(), appsv1.Resource("statefulsets")), cfg.Namespace)
 	c.daemonSets = listers.NewNamespaced(listers.New[*appsv1.DaemonSet](dsInf.GetIndexer(), appsv1.Resource("daemonsets")), cfg.Namespace)
 
 	// CSIDrivers are few; all of them are watched, so that a driver of the same
 	// name that pav did not make is seen (and never taken over).
-	csiInf := kube.NewInformer(cfg.Apps, cfg.Apps.CSIDrivers(), &storagev1.CSIDriver{}, 0, none, nil)
+	csiInf := kube.NewInformer(cfg.Apps, cfg.Apps.CSIDrivers(), &storagev1.CSIDriver{}, 0, nil, nil)
 	c.csiDrivers = listers.New[*storagev1.CSIDriver](csiInf.GetIndexer(), storagev1.Resource("csidrivers"))
 	for _, inf := range []cache.SharedIndexInformer{stsInf, dsInf, csiInf} {
 		if err := inf.SetTransform(withoutManagedFields); err != nil {
 			return nil, err
 		}
 	}
-	pvInf := kube.NewInformer(cfg.Kube, cfg.Kube.PersistentVolumes(), &corev1.PersistentVolume{}, 0, none,
+	pvInf := kube.NewInformer(cfg.Kube, cfg.Kube.PersistentVolumes(), &corev1.PersistentVolume{}, 0, nil,
 		cache.Indexers{indexByDriver: pvByDriver})
 	if err := pvInf.SetTransform(slim); err != nil {
 		return nil, err
@@ -118,7 +117,7 @@ func New(cfg Config) (*Controller, error) {
 	// creation is done, also while no PV exists (creation in progress, a PV deleted
 	// behind the driver's back).
 	volInf := kube.NewInformer(cfg.Dynamic, cfg.Dynamic.Resource(v1alpha1.VolumeGroupVersionResource), &unstructured.Unstructured{},
-		0, none, cache.Indexers{indexByProvisioner: recordByProvisioner})
+		0, nil, cache.Indexers{indexByProvisioner: recordByProvisioner})
 	if err := volInf.SetTransform(slim); err != nil {
 		return nil, err
 	}
@@ -126,7 +125,7 @@ func New(cfg Config) (*Controller, error) {
 	// And of snapshots (PavSnapshots): a snapshot outlives its volume, and only
 	// the driver can delete it.
 	snapInf := kube.NewInformer(cfg.Dynamic, cfg.Dynamic.Resource(v1alpha1.SnapshotGroupVersionResource), &unstructured.Unstructured{},
-		0, none, cache.Indexers{indexByProvisioner: recordByProvisioner})
+		0, nil, cache.Indexers{indexByProvisioner: recordByProvisioner})
 	if err := snapInf.SetTransform(slim); err != nil {
 		return nil, err
 	}
