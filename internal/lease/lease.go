@@ -27,6 +27,10 @@
 // Deliberate differences from client-go:
 //   - LeaseDuration must be at least 1s: the Lease stores whole seconds, and
 //     client-go would advertise 0s, letting any candidate take over at once.
+//   - Run returns, and releases the Lease, only after OnStartedLeading has
+//     returned: a successor never works beside this process's leftovers.
+//     client-go returns at once, and its callers drain on a context of
+//     their own.
 //   - ReleaseOnCancel releases only when Run's context was cancelled, not
 //     after a failed renewal, and only if the Lease as read back still names
 //     this process (client-go trusts its cached view and could blank a
@@ -86,11 +90,13 @@ type Config struct {
 
 	// ReleaseOnCancel clears the Lease's holder when Run's context is
 	// cancelled, so that a successor takes over without waiting for
-	// LeaseDuration. Everything the Lease guards must have stopped first.
+	// LeaseDuration.
 	ReleaseOnCancel bool
 
 	// OnStartedLeading runs in its own goroutine; its context ends when
-	// leadership is lost or Run's context ends.
+	// leadership is lost or Run's context ends, and it must then return:
+	// Run waits for it, so that the Lease is released (and Run returns) only
+	// once the work it guards has stopped.
 	OnStartedLeading func(ctx context.Context)
 	// OnStoppedLeading is called when Run returns, whether or not it led.
 	OnStoppedLeading func()
@@ -157,16 +163,22 @@ func New(cfg Config) (*Elector, error) {
 }
 
 // Run campaigns until it leads or ctx ends, then renews until ctx ends or a
-// renewal has failed for RenewDeadline. It returns only then.
+// renewal has failed for RenewDeadline, then waits for OnStartedLeading to
+// return (and releases the Lease, with ReleaseOnCancel). It returns only then.
 func (e *Elector) Run(ctx context.Context) {
 	defer e.cfg.OnStoppedLeading()
 	if !e.acquire(ctx) {
 		return
 	}
 	leading, cancel := context.WithCancel(ctx)
-	go e.cfg.OnStartedLeading(leading)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.cfg.OnStartedLeading(leading)
+	}()
 	e.renew(ctx)
 	cancel()
+	<-done
 	if e.cfg.ReleaseOnCancel && ctx.Err() != nil {
 		e.release(ctx)
 	}
@@ -263,8 +275,7 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) bool {
 		e.claim(&l.Spec, now)
 		got, err := e.cfg.Client.Update(ctx, l, metav1.UpdateOptions{})
 		if err == nil {
-			e.lease = got
-			e.observe(&got.Spec)
+			e.wrote(got)
 			return true
 		}
 		klog.V(2).InfoS("failed to renew lease optimistically, falling back to reading it", "lease", e.cfg.Name, "err", err)
@@ -281,8 +292,7 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) bool {
 			klog.ErrorS(err, "failed to create lease", "lease", e.cfg.Name)
 			return false
 		}
-		e.lease = got
-		e.observe(&got.Spec)
+		e.wrote(got)
 		return true
 	}
 	if err != nil {
@@ -314,8 +324,7 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) bool {
 		klog.ErrorS(err, "failed to update lease", "lease", e.cfg.Name)
 		return false
 	}
-	e.lease = got
-	e.observe(&got.Spec)
+	e.wrote(got)
 	return true
 }
 
@@ -355,9 +364,15 @@ func (e *Elector) release(ctx context.Context) {
 		klog.ErrorS(err, "failed to release lease", "lease", e.cfg.Name)
 		return
 	}
-	e.lease = got
-	e.observe(&got.Spec)
+	e.wrote(got)
 	klog.InfoS("released lease", "lease", e.cfg.Name, "identity", e.cfg.Identity)
+}
+
+// wrote keeps the Lease as the API server returned it from our write: the
+// next renewal's base, and the record as seen now.
+func (e *Elector) wrote(l *coordinationv1.Lease) {
+	e.lease = l
+	e.observe(&l.Spec)
 }
 
 // observe records spec as seen now.
@@ -410,9 +425,6 @@ type HealthzAdaptor struct {
 func NewHealthzAdaptor(timeout time.Duration) *HealthzAdaptor {
 	return &HealthzAdaptor{timeout: timeout}
 }
-
-// Name is the check's name, as in client-go (apiserver's healthz.HealthChecker).
-func (a *HealthzAdaptor) Name() string { return "leaderElection" }
 
 // Check returns an error when the leader's renewal is overdue; nil when no
 // Elector is tied yet or this process does not lead.

@@ -214,6 +214,38 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 }
 
+// Run releases the Lease, and returns, only once OnStartedLeading (the work
+// the Lease guards) has returned: a successor never works beside it.
+func TestReleaseWaitsForTheWork(t *testing.T) {
+	v := newEnv(t)
+	working, finish := make(chan struct{}), make(chan struct{})
+	cfg := v.config("a")
+	cfg.ReleaseOnCancel = true
+	cfg.OnStartedLeading = func(ctx context.Context) {
+		close(working)
+		<-ctx.Done()
+		<-finish // still draining after its context ended
+	}
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx) }()
+	v.waitUntil("OnStartedLeading runs", func() bool { return closed(working) })
+	cancel()
+	time.Sleep(50 * time.Millisecond) // time enough to release, were Run not waiting
+	if closed(done) || holder(&v.get().Spec) != "a" {
+		t.Fatalf("Run returned (%v) or released the Lease (holder %q) while the work still ran", closed(done), holder(&v.get().Spec))
+	}
+	close(finish)
+	v.waitUntil("Run returns", func() bool { return closed(done) })
+	if h := holder(&v.get().Spec); h != "" {
+		t.Fatalf("holder after the work stopped = %q, want released", h)
+	}
+}
+
 func TestTwoElectorsHandOver(t *testing.T) {
 	v := newEnv(t)
 	a := v.start("a", true)

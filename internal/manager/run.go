@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,44 +132,17 @@ func Run(ctx context.Context, o Options) error {
 		id, _ = os.Hostname()
 	}
 	id += "_" + rand.String(8)
-	// On shutdown the workers stop first and only then is the Lease released
-	// (ReleaseOnCancel), so that a successor never works beside this manager;
-	// the election itself runs on its own context for that.
-	leCtx, leCancel := context.WithCancel(context.Background())
-	defer leCancel()
-	stopped := make(chan struct{})
-	var isLeader atomic.Bool
-	go func() {
-		<-ctx.Done()
-		if !isLeader.Load() {
-			leCancel()
-			return
-		}
-		select {
-		case <-stopped:
-		case <-time.After(renewDeadline):
-		}
-		leCancel()
-	}()
+	// On shutdown (ctx) or a lost Lease the workers stop, and lease.Run
+	// returns, and releases the Lease, only once they have: a successor never
+	// works beside this manager.
 	le, err := lease.New(lease.Config{
 		Client: apps.Leases(o.Namespace), Name: o.LeaseName, Identity: id, WatchDog: watchdog,
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
 		// A rolling update hands over at once instead of after LeaseDuration.
 		ReleaseOnCancel: true,
 		OnStartedLeading: func(leading context.Context) {
-			isLeader.Store(true)
 			klog.InfoS("became the leader", "identity", id)
-			work, cancel := context.WithCancel(leading)
-			defer cancel()
-			go func() {
-				select {
-				case <-ctx.Done():
-				case <-leading.Done():
-				}
-				cancel()
-			}()
-			c.Run(work, o.Workers)
-			close(stopped)
+			c.Run(leading, o.Workers)
 		},
 		OnStoppedLeading: func() { klog.InfoS("stopped leading", "identity", id) },
 		OnNewLeader: func(leader string) {
@@ -182,7 +154,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	le.Run(leCtx)
+	le.Run(ctx)
 	if ctx.Err() == nil {
 		return errors.New("lost the leader election Lease: exiting so that a restart campaigns again")
 	}
