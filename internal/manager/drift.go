@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
+	"maps"
 	"reflect"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -33,25 +33,18 @@ func digest(config any) (string, error) {
 	return hex.EncodeToString(sum[:16]), nil
 }
 
-// upToDate: live (the object from the cache) holds every value of desired (the
-// configuration the manager applies), compared as JSON.
-func upToDate(desired, live any) (bool, error) {
-	want, err := asJSON(desired)
-	if err != nil {
-		return false, err
-	}
+// upToDate: live (the object from the cache) holds every value of config
+// (the configuration the manager applies, ApplyConfig).
+func upToDate(config map[string]any, live any) (bool, error) {
 	have, err := asJSON(live)
 	if err != nil {
 		return false, err
 	}
-	w, ok := want.(map[string]any)
-	if !ok {
-		return false, fmt.Errorf("the configuration to apply is a %T, not an object", want)
-	}
 	// Objects from the cache carry no type; the kind is the cache's anyway.
-	delete(w, "apiVersion")
-	delete(w, "kind")
-	return covers(w, have), nil
+	want := maps.Clone(config)
+	delete(want, "apiVersion")
+	delete(want, "kind")
+	return covers(want, have), nil
 }
 
 func asJSON(v any) (any, error) {
