@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/kube/managerapi"
@@ -132,7 +131,7 @@ func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (wo
 var applyOptions = metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 
 // applyPatchOptions are applyOptions for a server-side apply sent as a patch.
-var applyPatchOptions = metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}
+var applyPatchOptions = applyOptions.ToPatchOptions()
 
 // deleteOptions deletes exactly the object seen (UID) and, in the foreground, its
 // pods first: once the object is gone, so are the drivers.
