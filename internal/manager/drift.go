@@ -34,7 +34,7 @@ func digest(config any) (string, error) {
 }
 
 // upToDate: live (the object from the cache) holds every value of config
-// (the configuration the manager applies, ApplyConfig).
+// (the configuration the manager applies, applyConfig).
 func upToDate(config map[string]any, live any) (bool, error) {
 	have, err := asJSON(live)
 	if err != nil {

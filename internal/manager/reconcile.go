@@ -178,7 +178,7 @@ func ensure[T interface {
 	if namespace != "" {
 		what = kind + " " + namespace + "/" + name
 	}
-	config, err := ApplyConfig(desired)
+	config, err := applyConfig(desired)
 	if err != nil {
 		return none, "", &problem{reason: reasonCannotDeploy, err: fmt.Errorf("%s: %w", what, err)}
 	}

@@ -47,7 +47,7 @@ const maxNameLength = 63 - len("pav-") - len("-controller") - 1 - 10
 // Objects are what the manager applies for one PavProvisioner: the three
 // documents of deploy/provisioner with the name substituted, the settings
 // applied and an owner reference to the PavProvisioner. What is applied of
-// each is its ApplyConfig.
+// each is its applyConfig.
 type Objects struct {
 	CSIDriver  *storagev1.CSIDriver
 	Controller *appsv1.StatefulSet
@@ -168,7 +168,7 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 // (AnnotationApplied).
 func stamp(o *Objects) error {
 	for _, obj := range []metav1.Object{o.CSIDriver, o.Controller, o.Node} {
-		config, err := ApplyConfig(obj)
+		config, err := applyConfig(obj)
 		if err != nil {
 			return err
 		}
@@ -186,11 +186,11 @@ func stamp(o *Objects) error {
 	return nil
 }
 
-// ApplyConfig is what server-side apply sends of a rendered object: its fields
+// applyConfig is what server-side apply sends of a rendered object: its fields
 // as JSON, without its status (the API server's to write). A zero value that
 // the types always marshal (a StatefulSet's empty updateStrategy) is applied
 // as such, and compared as absent (covers).
-func ApplyConfig(obj any) (map[string]any, error) {
+func applyConfig(obj any) (map[string]any, error) {
 	j, err := json.Marshal(obj)
 	if err != nil {
 		return nil, err
