@@ -1,8 +1,11 @@
-// pav-report is the report sidecar of pav's controller-side pods (see
-// internal/report): it waits for SIGTERM, sent by the kubelet once the pod's
-// other containers have exited, and writes what they left in /pav as its
-// termination message. With --check-ready it is the readiness probe of a
-// KeepRunning pod: exit 0 iff /pav/ready exists.
+// pav-report carries the /pav files of pav's controller-side pods to the
+// driver (see internal/report). As their report sidecar it waits for SIGTERM,
+// sent by the kubelet once the pod's other containers have exited, and writes
+// what they left in /pav as its termination message. With --exec -- COMMAND
+// (mounted into the pod's one container from an image volume) it runs the
+// command as its child and writes the report itself when the command ends.
+// With --check-ready it is the readiness probe of a KeepRunning pod: exit 0
+// iff /pav/ready exists.
 //
 // It is a binary of its own, beside pav in the same image, because every
 // controller-side pod starts one: linking only the standard library, it starts

@@ -1,8 +1,9 @@
 // Package report is the protocol by which a pav pod hands what it left in
 // /pav (handle, capacity, topology, error) to the driver: Message encodes the
 // files as one JSON object within the kubelet's termination-message limits,
-// Parse decodes it, and Run is the report sidecar that writes it when the pod's
-// other containers are done. It imports nothing but the standard library, so
+// Parse decodes it, Run is the report sidecar that writes it when the pod's
+// other containers are done, and Exec writes it when the command it runs for
+// the pod's one container ends. It imports nothing but the standard library, so
 // that the sidecar's binary (cmd/pav-report) starts in a millisecond and a
 // megabyte: every controller-side pod runs one.
 package report
@@ -108,21 +109,35 @@ func Run(ctx context.Context, dir, terminationLog string, checkReady bool) int {
 }
 
 // Command parses the arguments of pav-report and `pav report` (--dir,
-// --check-ready, --termination-log) and runs Run; it returns the exit code.
+// --check-ready, --termination-log; --exec, --max-bytes and the command after
+// --) and runs Run or Exec; it returns the exit code.
 func Command(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("pav report", flag.ContinueOnError)
 	dir := fs.String("dir", Dir, "directory whose files are reported")
 	checkReady := fs.Bool("check-ready", false, "exit 0 iff <dir>/ready exists (readiness probe)")
 	termLog := fs.String("termination-log", TerminationLog, "file the report is written to")
+	execute := fs.Bool("exec", false, "run the command after -- as a child, then write the report (see Exec)")
+	maxBytes := fs.Int("max-bytes", MaxMessage, "with --exec: the report's budget (the sidecar reads "+MaxBytesEnv+")")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *execute {
+		return Exec(fs.Args(), *dir, *termLog, clampBudget(*maxBytes))
 	}
 	return Run(ctx, *dir, *termLog, *checkReady)
 }
 
 func budgetFromEnv() int {
 	n, err := strconv.Atoi(os.Getenv(MaxBytesEnv))
-	if err != nil || n <= 0 || n > MaxMessage {
+	if err != nil {
+		return MaxMessage
+	}
+	return clampBudget(n)
+}
+
+// clampBudget is n if it is a budget the kubelet can keep, else MaxMessage.
+func clampBudget(n int) int {
+	if n <= 0 || n > MaxMessage {
 		return MaxMessage
 	}
 	return n

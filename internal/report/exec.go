@@ -1,0 +1,142 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// forwardedSignals are passed on to the user's command by Exec: what the
+// kubelet (SIGTERM on deletion) or someone at a terminal may send a
+// container's first process. SIGURG is left out on purpose: Go's runtime
+// sends it to itself to preempt goroutines.
+var forwardedSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
+// reapWait bounds how long Exec, as a container's first process, waits for
+// the processes its command left behind to die once it has killed them.
+const reapWait = 5 * time.Second
+
+// Exec is pav-report's other form, `pav-report --exec -- COMMAND [ARG...]`: it
+// runs the user's command as its child in the user's own container (pav
+// mounts pav-report there from an image volume), and once the child has
+// exited it writes the report of dir to terminationLog, as the report sidecar
+// would, and exits with the child's code (128+N for a child killed by signal
+// N). So a controller-side pod whose one container is wrapped needs no report
+// sidecar, and the kubelet none of the two relists a sidecar costs it (one to
+// see it started before the user's containers start, one to see it stopped
+// after they end).
+//
+// It stands in for the command as the container's first process: it forwards
+// the signals a container's first process gets to the child and, as PID 1,
+// reaps the orphans reparented to it. When the child exits it kills whatever
+// the command left running (as the end of the container's first process
+// would), so that the files it reads are the command's last word. A command
+// that cannot be started exits 127 (not found) or 126, as a shell's does, and
+// says why on stderr, which the driver shows as the pod's log tail.
+func Exec(argv []string, dir, terminationLog string, maxBytes int) int {
+	if dir == "" {
+		dir = Dir
+	}
+	if terminationLog == "" {
+		terminationLog = TerminationLog
+	}
+	code := run(argv)
+	if os.Getpid() == 1 {
+		killRest()
+	}
+	if err := os.WriteFile(terminationLog, []byte(Message(dir, maxBytes)), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "pav-report: writing %s: %v\n", terminationLog, err)
+		if code == 0 {
+			code = 1 // a success without its report would lose the handle
+		}
+	}
+	return code
+}
+
+// run starts argv, forwards signals to it until it exits, and returns its exit code.
+func run(argv []string) int {
+	if len(argv) == 0 {
+		fmt.Fprintln(os.Stderr, "pav-report: --exec needs a command after --")
+		return 2
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	path, err := exec.LookPath(argv[0])
+	if errors.Is(err, exec.ErrDot) {
+		// Found through a relative entry of PATH: runc would run it too.
+		err = nil
+	}
+	var p *os.Process
+	if err == nil {
+		p, err = os.StartProcess(path, argv, &os.ProcAttr{Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pav-report: cannot run %q: %v\n", argv[0], err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return 127
+		}
+		return 126
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				_ = p.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	// As PID 1 the orphans are ours to reap too, so wait for any child there;
+	// elsewhere (a test, a shared PID namespace) only for our own.
+	target := p.Pid
+	if os.Getpid() == 1 {
+		target = -1
+	}
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(target, &ws, 0, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			// ECHILD while our child lives cannot happen; say so rather than hang.
+			fmt.Fprintf(os.Stderr, "pav-report: waiting for %q: %v\n", argv[0], err)
+			return 1
+		case pid != p.Pid:
+			continue
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		default:
+			return ws.ExitStatus()
+		}
+	}
+}
+
+// killRest kills every other process of the container's PID namespace and
+// reaps them, within reapWait. Only for PID 1: kill(-1) anywhere else would
+// reach every process this user may signal.
+func killRest() {
+	_ = syscall.Kill(-1, syscall.SIGKILL)
+	deadline := time.Now().Add(reapWait)
+	for time.Now().Before(deadline) {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR), pid > 0:
+		case err != nil:
+			return // ECHILD: none left
+		default:
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}

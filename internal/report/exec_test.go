@@ -1,0 +1,100 @@
+package report_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pods-as-volumes/pav/internal/report"
+)
+
+func TestExec(t *testing.T) {
+	cases := []struct {
+		name     string
+		argv     []string
+		wantCode int
+		want     string // the report written
+	}{
+		{"success with a handle", []string{"sh", "-c", `printf h-1 > "$D/handle"; printf 5Gi > "$D/capacity"`}, 0, `{"capacity":"5Gi","handle":"h-1"}`},
+		{"failure with /pav/error", []string{"sh", "-c", `echo "disk full" > "$D/error"; exit 3`}, 3, `{"error":"disk full\n"}`},
+		{"killed by a signal", []string{"sh", "-c", `kill -KILL $$`}, 128 + 9, `{}`},
+		{"arguments passed as they are", []string{"sh", "-c", `printf '%s|' "$@" > "$D/handle"`, "sh", "a b", "$(X)", ""}, 0, `{"handle":"a b|$(X)||"}`},
+		{"not found", []string{"no-such-command-for-pav"}, 127, `{}`},
+		{"not executable", []string{"/dev/null"}, 126, `{}`},
+		{"no command", nil, 2, `{}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("D", dir)
+			log := filepath.Join(t.TempDir(), "termination-log")
+			if got := report.Exec(c.argv, dir, log, report.MaxMessage); got != c.wantCode {
+				t.Errorf("exit code %d, want %d", got, c.wantCode)
+			}
+			b, err := os.ReadFile(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != c.want {
+				t.Errorf("report %s, want %s", b, c.want)
+			}
+		})
+	}
+}
+
+// The kubelet's SIGTERM (the pod is deleted) reaches the command, whose own
+// handler decides how it ends; the report still follows.
+func TestExecForwardsSignals(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("D", dir)
+	log := filepath.Join(t.TempDir(), "termination-log")
+	code := make(chan int, 1)
+	go func() {
+		code <- report.Exec([]string{"sh", "-c", `trap 'echo stopped > "$D/error"; exit 7' TERM; : > "$D/trapped"; while :; do sleep 0.01; done`},
+			dir, log, report.MaxMessage)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "trapped")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// To this process: Exec's handler takes it (the test would die otherwise).
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != 7 {
+			t.Errorf("exit code %d, want the command's 7", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not end on SIGTERM")
+	}
+	if b, _ := os.ReadFile(log); string(b) != `{"error":"stopped\n"}` {
+		t.Errorf("report %s", b)
+	}
+}
+
+func TestCommandExec(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(t.TempDir(), "termination-log")
+	if err := os.WriteFile(filepath.Join(dir, "error"), []byte("0123456789abcdefghij"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code := report.Command(context.Background(), []string{"--exec", "--dir=" + dir, "--termination-log=" + log, "--max-bytes=24",
+		"--", "sh", "-c", "exit 1", "--dir=/elsewhere"})
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if b, _ := os.ReadFile(log); string(b) != `{"error":"…bcdefghij"}` {
+		t.Errorf("report %s (%d bytes), want the error's tail within 24 bytes", b, len(b))
+	}
+}
