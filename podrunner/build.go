@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -127,13 +128,37 @@ func (op *Operation) validate() error {
 	return nil
 }
 
+// ReportMode says how the /pav files of a controller-side pod reach the
+// driver (see the package documentation).
+type ReportMode string
+
+const (
+	// ReportSidecar: every controller-side pod gets the report sidecar.
+	ReportSidecar ReportMode = "sidecar"
+	// ReportExec: a pod with one container whose command the template states
+	// has pav-report run that command (an image volume brings it in); the
+	// others get the sidecar. It needs image volumes (Kubernetes 1.35+, or the
+	// ImageVolume feature gate, and containerd 2.1+ or CRI-O 1.31+).
+	ReportExec ReportMode = "exec"
+)
+
+// PodConfig is what BuildPod needs beside the operation.
+type PodConfig struct {
+	// ReportImage is the image holding pav-report (the pav image).
+	ReportImage string
+	// DefaultNamespace is where the pod goes if its template names no
+	// namespace (see Operation.Namespace).
+	DefaultNamespace string
+	// Report is how a controller-side pod reports; "" = ReportSidecar.
+	Report ReportMode
+}
+
 // BuildPod builds the pod an operation runs (see the package documentation and
 // pav-spec.md §4). It does not talk to the API server; the driver can use it to
-// check a template early. reportImage is the image holding the pav binary;
-// defaultNamespace is where the pod goes if its template names no namespace
-// (see Operation.Namespace). An empty op.Token leaves out AnnotationToken
+// check a template early. An empty op.Token leaves out AnnotationToken
 // (`pav render` shows pods without one; Run never submits one).
-func BuildPod(op Operation, reportImage, defaultNamespace string) (*corev1.Pod, error) {
+func BuildPod(op Operation, cfg PodConfig) (*corev1.Pod, error) {
+	reportImage, defaultNamespace := cfg.ReportImage, cfg.DefaultNamespace
 	if err := op.validate(); err != nil {
 		return nil, err
 	}
@@ -228,12 +253,71 @@ func BuildPod(op Operation, reportImage, defaultNamespace string) (*corev1.Pod, 
 	})
 
 	// Node pods' /pav is the node plugin's own directory, which it reads
-	// itself (hostdir.go); the others need the sidecar to carry /pav out.
-	if op.HostPath == "" {
-		pod.Spec.InitContainers = append([]corev1.Container{reportSidecar(op, reportImage, reportBudget(&pod.Spec))},
+	// itself (hostdir.go); the others need pav-report to carry /pav out.
+	switch {
+	case op.HostPath != "":
+	case cfg.Report == ReportExec && wrappable(&op, &pod.Spec):
+		wrap(&pod.Spec, reportImage)
+	default:
+		pod.Spec.InitContainers = append([]corev1.Container{reportSidecar(op, reportImage, reportBudget(&pod.Spec, 1))},
 			pod.Spec.InitContainers...)
 	}
 	return pod, nil
+}
+
+// wrappable: pav-report can run the pod's command and report when it ends.
+// That takes one container, the only one writing /pav when it ends (no
+// sidecar of the user's), whose command pav knows (not the image's
+// entrypoint, which only the node sees), and no name or path of
+// ReportVolume's in use. KeepRunning pods keep the sidecar, whose readiness
+// probe tells /pav/ready.
+func wrappable(op *Operation, spec *corev1.PodSpec) bool {
+	if op.KeepRunning || len(spec.Containers) != 1 || len(spec.Containers[0].Command) == 0 {
+		return false
+	}
+	for _, c := range spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return false
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == ReportVolume {
+			return false
+		}
+	}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if p := path.Clean(m.MountPath); p == ReportDir || strings.HasPrefix(p, ReportDir+"/") {
+			return false
+		}
+	}
+	return true
+}
+
+// wrap makes pav-report, from the report image mounted as an image volume,
+// the first process of the pod's one container: it runs the template's
+// command (with its args) as its child and writes the report as the
+// container's termination message when it ends (report.Exec).
+func wrap(spec *corev1.PodSpec, image string) {
+	c := &spec.Containers[0]
+	c.Command = append([]string{ReportExecPath, "--exec", "--dir=" + MountPath,
+		"--max-bytes=" + strconv.Itoa(reportBudget(spec, 0)), "--"}, c.Command...)
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: ReportVolume, MountPath: ReportDir, ReadOnly: true})
+	c.TerminationMessagePath = report.TerminationLog
+	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: ReportVolume, VolumeSource: corev1.VolumeSource{
+		Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: corev1.PullIfNotPresent}}})
+}
+
+// Wrapped is the name of the container pav-report wraps in pod (ReportExec),
+// if any: the pod's spec says how it reports (a pod adopted from an earlier
+// driver may have been built in the other mode).
+func Wrapped(pod *corev1.Pod) (string, bool) {
+	for _, c := range pod.Spec.Containers {
+		if len(c.Command) > 1 && c.Command[0] == ReportExecPath && c.Command[1] == "--exec" {
+			return c.Name, true
+		}
+	}
+	return "", false
 }
 
 // pavMount is the /pav mount of one container. With a hostPath, a privileged
@@ -271,10 +355,10 @@ func forEachContainer(spec *corev1.PodSpec, f func(kind string, c *corev1.Contai
 // take. The kubelet keeps the last 4096 bytes of a termination-log file, and
 // then cuts every message of the pod to 12 KiB divided by its number of
 // containers (keeping the head): a JSON report cut by either is unreadable, so
-// the sidecar must fit itself in the smaller of the two. spec already holds the
-// user's containers; the sidecar itself is counted here.
-func reportBudget(spec *corev1.PodSpec) int {
-	n := len(spec.Containers) + len(spec.InitContainers) + len(spec.EphemeralContainers) + 1
+// the sidecar must fit itself in the smaller of the two. spec holds the
+// user's containers; extra counts those pav adds (the sidecar).
+func reportBudget(spec *corev1.PodSpec, extra int) int {
+	n := len(spec.Containers) + len(spec.InitContainers) + len(spec.EphemeralContainers) + extra
 	b := maxPodTerminationMessages / n
 	if b > report.MaxMessage {
 		b = report.MaxMessage

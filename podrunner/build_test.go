@@ -304,7 +304,7 @@ func TestBuildPod(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := c.op.Template.DeepCopy()
-			pod, err := podrunner.BuildPod(c.op, "registry/pav:1", "pav-system")
+			pod, err := podrunner.BuildPod(c.op, podrunner.PodConfig{ReportImage: "registry/pav:1", DefaultNamespace: "pav-system"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -354,7 +354,7 @@ func TestBuildPodRefuses(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := podrunner.BuildPod(c.op, c.image, "")
+			_, err := podrunner.BuildPod(c.op, podrunner.PodConfig{ReportImage: c.image})
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Fatalf("err %v, want %q", err, c.wantErr)
 			}
@@ -371,12 +371,112 @@ func TestBuildPodReportBudget(t *testing.T) {
 		for i := range n {
 			tmpl.Spec.Containers = append(tmpl.Spec.Containers, corev1.Container{Name: "c" + strconv.Itoa(i), Image: "x"})
 		}
-		pod, err := podrunner.BuildPod(podrunner.Operation{Provisioner: "p", Phase: v1alpha1.PhaseValidation, VolumeKey: "k", Template: tmpl}, "img", "")
+		pod, err := podrunner.BuildPod(podrunner.Operation{Provisioner: "p", Phase: v1alpha1.PhaseValidation, VolumeKey: "k", Template: tmpl}, podrunner.PodConfig{ReportImage: "img"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := pod.Spec.InitContainers[0].Env[0].Value; got != strconv.Itoa(want) {
 			t.Errorf("%d containers: budget %s, want %d", n, got, want)
 		}
+	}
+}
+
+// ReportExec wraps the command of a pod that has exactly one container and
+// states its command; every other controller-side pod keeps the sidecar, and
+// node pods have neither.
+func TestBuildPodReportExec(t *testing.T) {
+	one := func(mod func(s *corev1.PodSpec)) podrunner.Operation {
+		op := podrunner.Operation{Provisioner: "p", Phase: v1alpha1.PhaseCreation, VolumeKey: "pvc-1",
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{{Name: "init", Image: "busybox"}},
+				Containers: []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"sh", "-c"}, Args: []string{"echo $(X)"},
+					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError}},
+			}}}
+		if mod != nil {
+			mod(&op.Template.Spec)
+		}
+		return op
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	cases := []struct {
+		name string
+		op   podrunner.Operation
+		mode podrunner.ReportMode
+		want string // "exec", "sidecar" or "none"
+	}{
+		{"one container with a command", one(nil), podrunner.ReportExec, "exec"},
+		{"the sidecar mode", one(nil), podrunner.ReportSidecar, "sidecar"},
+		{"no mode", one(nil), "", "sidecar"},
+		{"the image's entrypoint", one(func(s *corev1.PodSpec) { s.Containers[0].Command = nil }), podrunner.ReportExec, "sidecar"},
+		{"two containers", one(func(s *corev1.PodSpec) {
+			s.Containers = append(s.Containers, corev1.Container{Name: "aux", Image: "busybox", Command: []string{"true"}})
+		}), podrunner.ReportExec, "sidecar"},
+		{"a sidecar of the user's", one(func(s *corev1.PodSpec) { s.InitContainers[0].RestartPolicy = &always }), podrunner.ReportExec, "sidecar"},
+		{"a volume named pav-report", one(func(s *corev1.PodSpec) { s.Volumes = []corev1.Volume{{Name: podrunner.ReportVolume}} }),
+			podrunner.ReportExec, "sidecar"},
+		{"a mount under /.pav-report", one(func(s *corev1.PodSpec) {
+			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "x", MountPath: podrunner.ReportDir + "/bin/"}}
+		}), podrunner.ReportExec, "sidecar"},
+		{"KeepRunning", func() podrunner.Operation { o := one(nil); o.KeepRunning = true; return o }(), podrunner.ReportExec, "sidecar"},
+		{"a node pod", func() podrunner.Operation {
+			o := one(nil)
+			o.Phase, o.NodeName, o.HostPath = v1alpha1.PhaseStaging, "n", "/var/lib/pav/v"
+			return o
+		}(), podrunner.ReportExec, "none"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod, err := podrunner.BuildPod(c.op, podrunner.PodConfig{ReportImage: "registry/pav:1", Report: c.mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name, wrapped := podrunner.Wrapped(pod)
+			sidecar := false
+			for _, ic := range pod.Spec.InitContainers {
+				sidecar = sidecar || ic.Name == podrunner.ReportContainer
+			}
+			got := "none"
+			switch {
+			case wrapped && sidecar:
+				t.Fatal("both the sidecar and a wrapped command")
+			case wrapped:
+				got = "exec"
+			case sidecar:
+				got = "sidecar"
+			}
+			if got != c.want {
+				t.Fatalf("reports by %s, want %s", got, c.want)
+			}
+			if !wrapped {
+				return
+			}
+			main := pod.Spec.Containers[0]
+			wantCmd := []string{podrunner.ReportExecPath, "--exec", "--dir=/pav", "--max-bytes=4096", "--", "sh", "-c"}
+			if name != "main" || strings.Join(main.Command, " ") != strings.Join(wantCmd, " ") || strings.Join(main.Args, " ") != "echo $(X)" {
+				t.Errorf("container %s runs %q %q, want %q with its args", name, main.Command, main.Args, wantCmd)
+			}
+			if main.TerminationMessagePath != "/dev/termination-log" || main.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+				t.Errorf("termination message %s, %s", main.TerminationMessagePath, main.TerminationMessagePolicy)
+			}
+			var vol *corev1.Volume
+			for i := range pod.Spec.Volumes {
+				if pod.Spec.Volumes[i].Name == podrunner.ReportVolume {
+					vol = &pod.Spec.Volumes[i]
+				}
+			}
+			if vol == nil || vol.Image == nil || vol.Image.Reference != "registry/pav:1" {
+				t.Fatalf("no image volume of the report image: %+v", pod.Spec.Volumes)
+			}
+			mounted := false
+			for _, m := range main.VolumeMounts {
+				mounted = mounted || m.Name == podrunner.ReportVolume && m.MountPath == podrunner.ReportDir && m.ReadOnly
+			}
+			if !mounted {
+				t.Errorf("the report image is not mounted read-only at %s: %+v", podrunner.ReportDir, main.VolumeMounts)
+			}
+			if c.op.Template.Spec.Containers[0].Command[0] != "sh" {
+				t.Error("the template was mutated")
+			}
+		})
 	}
 }

@@ -2,8 +2,9 @@
 // creation, deletion, staging, unstaging) runs its pod: it builds the pod from
 // the user's evaluated template, creates it under a deterministic name (or
 // adopts the one an earlier attempt left), waits for its outcome through a pod
-// informer, reads the files the pod left in /pav through a native "report"
-// sidecar, and removes it when the caller has recorded the outcome (Delete).
+// informer, reads the files the pod left in /pav (on the node, or through
+// pav-report's termination message), and removes it when the caller has
+// recorded the outcome (Delete).
 // See pav-spec.md §4 for the pod contract.
 //
 // # One pod per operation, and only pav's own
@@ -52,7 +53,28 @@
 // safely).
 //
 // Controller-side pods may run on any node, so their /pav is an emptyDir the
-// driver cannot read. Each of them gets a native sidecar (an init container with
+// driver cannot read: pav-report (cmd/pav-report) carries its files out as a
+// termination message, which the API publishes with the container's end.
+//
+// With Config.Report = ReportExec, a pod with one container whose command the
+// template states (the common shape) has that command wrapped: an image
+// volume of the report image (ReportVolume) is mounted read-only at ReportDir,
+// and the container runs `pav-report --exec -- COMMAND` (report.Exec), which
+// runs the command as its child and writes the report to the container's own
+// termination message when it ends, with its exit code. The pod is then a bare
+// pod plus one mount, and costs the kubelet nothing more. Which container
+// reports is read from the pod's spec (Wrapped), so a pod adopted from a
+// driver in the other mode is read right. The image's entrypoint is known only
+// on the node, so a template without a command, or with more than one
+// container, or with a sidecar of its own, or a KeepRunning pod, gets the
+// sidecar below. An API server that refuses the image volume (Kubernetes
+// before 1.35, or the ImageVolume gate off), or a node that cannot start the
+// wrapped container (StartError: a runtime without image volumes, or one that
+// mounts them noexec), makes the Runner give its next pods the sidecar; a
+// refused pod is created again at once, a failed start fails that one pod with
+// the runtime's message.
+//
+// Otherwise the pod gets a native sidecar (an init container with
 // restartPolicy Always, placed first so it outlives all user containers) that
 // waits for SIGTERM and then writes handle/capacity/error as JSON to its
 // termination message (internal/report's Run). The kubelet stops sidecars only after all

@@ -31,6 +31,14 @@ const (
 	VolumeName = "pav"
 	// MountPath is where the pav volume is mounted.
 	MountPath = report.Dir
+	// ReportVolume is the image volume (the report image) that brings
+	// pav-report into the container it wraps (ReportExec), mounted read-only
+	// at ReportDir.
+	ReportVolume = "pav-report"
+	ReportDir    = "/.pav-report"
+	// ReportExecPath is pav-report in a wrapped container: the report image
+	// keeps it in /usr/local/bin.
+	ReportExecPath = ReportDir + "/usr/local/bin/" + ReportCommand
 )
 
 const (

@@ -99,6 +99,9 @@ type verdict struct {
 	awaitingReport bool
 	// reportProblem: the report was missing or partly unusable (logged).
 	reportProblem error
+	// execUnsupported: the node could not start pav-report in the container
+	// it wraps (ReportExec); the runner then builds pods with the sidecar.
+	execUnsupported bool
 }
 
 // evaluate decides what one observed state of an operation's pod means. It is a
@@ -116,7 +119,20 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 			return finishedVerdict(op, pod, files, perr)
 		}
 		msg, have := "", false
-		if sidecar != nil && sidecar.State.Terminated != nil {
+		if name, ok := Wrapped(pod); ok {
+			// pav-report wrote the report as it ended, with the container.
+			s := containerStatus(pod.Status.ContainerStatuses, name)
+			if t := wrapperFailedToStart(s); t != nil {
+				f := podFailed(op, pod)
+				f.Reason = t.Reason
+				f.Message = fmt.Sprintf("pav-report (from image volume %s of the report image) could not start in container %q: %s; "+
+					"pav gives the next pods the report sidecar instead", ReportVolume, name, strings.TrimSpace(t.Message))
+				return verdict{done: true, failure: f, execUnsupported: true}
+			}
+			if s != nil && s.State.Terminated != nil {
+				msg, have = s.State.Terminated.Message, true
+			}
+		} else if sidecar != nil && sidecar.State.Terminated != nil {
 			msg, have = sidecar.State.Terminated.Message, true
 		}
 		// Wait for the report only if it can still come: the sidecar is running
@@ -152,13 +168,17 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 		}
 	}
 
+	wrappedName, isWrapped := Wrapped(pod)
 	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, s := range list {
 			if w := s.State.Waiting; w != nil && imageErrorReasons[w.Reason] {
 				f := newFailure(op, pod)
 				f.Reason = w.Reason
 				f.Message = fmt.Sprintf("container %q (image %s): %s", s.Name, s.Image, w.Message)
-				return verdict{done: true, failure: f}
+				// A runtime without image volumes cannot create the
+				// wrapped container: the sidecar may do better.
+				unsupported := isWrapped && s.Name == wrappedName && w.Reason == "CreateContainerError"
+				return verdict{done: true, failure: f, execUnsupported: unsupported}
 			}
 		}
 	}
@@ -209,6 +229,17 @@ func finishedVerdict(op *Operation, pod *corev1.Pod, files map[string]string, pe
 	f := podFailed(op, pod)
 	f.ErrorFile = files[report.FileError]
 	return verdict{done: true, failure: f, reportProblem: perr}
+}
+
+// wrapperFailedToStart is the termination of a wrapped container whose first
+// process, pav-report, never ran (the runtime's StartError: an image volume
+// mounted noexec, say), if it is one. A command pav-report could not start is
+// not one: pav-report then exits 127 or 126 itself.
+func wrapperFailedToStart(s *corev1.ContainerStatus) *corev1.ContainerStateTerminated {
+	if s == nil || s.State.Terminated == nil || s.State.Terminated.Reason != "StartError" {
+		return nil
+	}
+	return s.State.Terminated
 }
 
 // signalledReady: a KeepRunning pod has created /pav/ready. A node pod's /pav

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,8 +67,13 @@ type Config struct {
 	// NodeName, in node mode, restricts the informer to this node's pods (label
 	// selector on LabelNode); Run and Delete then only accept operations on it.
 	NodeName string
-	// ReportImage is the image holding the pav binary, for the report sidecar.
+	// ReportImage is the image holding pav-report (the pav image).
 	ReportImage string
+	// Report is how controller-side pods report their /pav files
+	// (ReportExec, ReportSidecar; "" = ReportSidecar). A Runner that finds
+	// ReportExec unsupported (the API server drops image volumes, or a node
+	// cannot start the wrapped command) falls back to ReportSidecar for good.
+	Report ReportMode
 	// PodTimeout bounds a pod's life from its creationTimestamp (so retries and
 	// driver restarts keep the same clock); 0 = no timeout.
 	PodTimeout time.Duration
@@ -92,6 +98,9 @@ type Runner struct {
 	lister   corelisters.PodLister           // set once Start has synced
 	stopped  <-chan struct{}
 	handlers []PodEventHandler
+
+	// noExec: ReportExec was found unsupported; pods get the sidecar.
+	noExec atomic.Bool
 }
 
 // PodEventHandler is told of every pod event of a Runner's informer: a pod of
@@ -361,10 +370,26 @@ func (r *Runner) checkNode(op *Operation) error {
 	return nil
 }
 
+// podConfig is how the Runner builds its pods now.
+func (r *Runner) podConfig() PodConfig {
+	mode := r.cfg.Report
+	if r.noExec.Load() {
+		mode = ReportSidecar
+	}
+	return PodConfig{ReportImage: r.cfg.ReportImage, DefaultNamespace: r.cfg.DefaultNamespace, Report: mode}
+}
+
+// execUnsupported makes the Runner's next pods report through the sidecar.
+func (r *Runner) execUnsupported(ctx context.Context, why string) {
+	if !r.noExec.Swap(true) {
+		klog.FromContext(ctx).Info("pav-report cannot run the pods' commands here (report mode exec); the next pods get the report sidecar (set --pod-report=sidecar to start so)", "why", why)
+	}
+}
+
 // BuildPod builds the operation's pod with the Runner's report image and
 // default namespace.
 func (r *Runner) BuildPod(op Operation) (*corev1.Pod, error) {
-	return BuildPod(op, r.cfg.ReportImage, r.cfg.DefaultNamespace)
+	return BuildPod(op, r.podConfig())
 }
 
 // Namespace is where the Runner puts the operation's pod.
@@ -438,6 +463,9 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 		return nil, err
 	}
 	decided = p
+	if v.execUnsupported {
+		r.execUnsupported(ctx, v.failure.Message)
+	}
 	if v.reportProblem != nil {
 		logger.Info("Pod report incomplete; using what is there", "problem", v.reportProblem.Error())
 	}
@@ -491,6 +519,18 @@ func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Po
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			if rejectsReportVolume(err, pod) {
+				// An API server without image volumes (before Kubernetes
+				// 1.35, or the ImageVolume gate off) drops the volume's
+				// source and then refuses the volume.
+				r.execUnsupported(ctx, err.Error())
+				rebuilt, berr := r.BuildPod(*op)
+				if berr != nil {
+					return nil, berr
+				}
+				pod = rebuilt
+				continue
+			}
 			if !apierrors.IsAlreadyExists(err) {
 				return nil, fmt.Errorf("creating %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
 			}
@@ -533,6 +573,29 @@ func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Po
 	}
 	return nil, fmt.Errorf("%s pod %s/%s: gave up after %d attempts to create or adopt it (it keeps appearing and disappearing)",
 		op.Phase, pod.Namespace, pod.Name, maxCreateAttempts)
+}
+
+// rejectsReportVolume: err is the API server refusing pod's ReportVolume.
+func rejectsReportVolume(err error, pod *corev1.Pod) bool {
+	if _, ok := Wrapped(pod); !ok || !apierrors.IsInvalid(err) {
+		return false
+	}
+	field := ""
+	for i, v := range pod.Spec.Volumes {
+		if v.Name == ReportVolume {
+			field = fmt.Sprintf("spec.volumes[%d]", i)
+		}
+	}
+	var status apierrors.APIStatus
+	if field == "" || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == field || strings.HasPrefix(c.Field, field+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // created tells the caller the UID of the pod that carries its token.

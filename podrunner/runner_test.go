@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -365,34 +366,139 @@ func TestRunOutcomes(t *testing.T) {
 				}
 			}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, always(c.outcome), envOpts{cfg: c.cfg})
-			op := creationOp("pvc-" + strings.ReplaceAll(c.name, " ", "-"))
-			uids := recordUID(&op)
-			start := time.Now()
-			res, err := e.runner.Run(e.ctx, op)
-			c.check(t, res, err)
-			if c.outcome.NoReport && time.Since(start) < 200*time.Millisecond {
-				t.Error("did not wait for the report")
+	// The report sidecar's own cases: ReportExec wraps the command instead.
+	sidecarOnly := map[string]bool{"report sidecar crash-loops": true, "report lags the phase": true,
+		"report never comes: bounded wait, then success without files": true, "report of a failed pod lags": true}
+	for _, mode := range []podrunner.ReportMode{podrunner.ReportSidecar, podrunner.ReportExec} {
+		for _, c := range cases {
+			if sidecarOnly[c.name] && mode != podrunner.ReportSidecar {
+				continue
 			}
-			if n := e.creates.Load(); n != 1 {
-				t.Errorf("%d pods created", n)
+			t.Run(string(mode)+"/"+c.name, func(t *testing.T) {
+				e := newEnv(t, always(c.outcome), envOpts{cfg: func(cfg *podrunner.Config) {
+					cfg.Report = mode
+					if c.cfg != nil {
+						c.cfg(cfg)
+					}
+				}})
+				op := creationOp("pvc-" + strings.ReplaceAll(c.name, " ", "-"))
+				if got := reportedBy(t, e.runner, op); got != mode {
+					t.Fatalf("the pod reports by %s, want %s", got, mode)
+				}
+				runOutcome(t, e, op, c.outcome, c.check)
+			})
+		}
+	}
+}
+
+// reportedBy is how the runner's pod for op reports: the sidecar, or
+// pav-report wrapping its command.
+func reportedBy(t *testing.T, r *podrunner.Runner, op podrunner.Operation) podrunner.ReportMode {
+	t.Helper()
+	pod, err := r.BuildPod(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, wrapped := podrunner.Wrapped(pod)
+	sidecar := len(pod.Spec.InitContainers) > 0 && pod.Spec.InitContainers[0].Name == podrunner.ReportContainer
+	switch {
+	case wrapped && !sidecar:
+		return podrunner.ReportExec
+	case sidecar && !wrapped:
+		return podrunner.ReportSidecar
+	}
+	t.Fatalf("the pod has the sidecar %v and a wrapped command %v", sidecar, wrapped)
+	return ""
+}
+
+// runOutcome runs op once, checks its outcome and what Run must always do,
+// and removes its pod.
+func runOutcome(t *testing.T, e *env, op podrunner.Operation, outcome fakekubelet.Outcome,
+	check func(t *testing.T, res *podrunner.Result, err error)) {
+	t.Helper()
+	uids := recordUID(&op)
+	start := time.Now()
+	res, err := e.runner.Run(e.ctx, op)
+	check(t, res, err)
+	if outcome.NoReport && time.Since(start) < 200*time.Millisecond {
+		t.Error("did not wait for the report")
+	}
+	if n := e.creates.Load(); n != 1 {
+		t.Errorf("%d pods created", n)
+	}
+	// The pod stays until the caller has recorded the outcome.
+	p, gerr := e.getPod(op)
+	if gerr != nil {
+		t.Fatalf("the finished pod was removed by Run: %v", gerr)
+	}
+	if len(*uids) != 1 || (*uids)[0] != p.UID {
+		t.Errorf("Created called with %v, want once with %s", *uids, p.UID)
+	}
+	if f, ok := podrunner.IsPodFailure(err); ok && f.UID != p.UID || res != nil && res.UID != p.UID {
+		t.Errorf("the outcome does not name the pod's UID %s", p.UID)
+	}
+	op.UID = p.UID
+	e.remove(op)
+}
+
+// A node whose runtime cannot start pav-report in the wrapped container (an
+// image volume mounted noexec, say) fails that pod with the runtime's reason;
+// the runner's next pods get the report sidecar.
+func TestExecFallsBackAfterAStartError(t *testing.T) {
+	e := newEnv(t, func(pod *corev1.Pod) fakekubelet.Outcome {
+		if _, wrapped := podrunner.Wrapped(pod); wrapped {
+			return fakekubelet.Outcome{Kind: fakekubelet.StartError}
+		}
+		return fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "h"}}
+	}, envOpts{cfg: func(c *podrunner.Config) { c.Report = podrunner.ReportExec }})
+
+	op := creationOp("pvc-start-error")
+	_, err := e.runner.Run(e.ctx, op)
+	f := mustFail(t, err)
+	if f.Reason != "StartError" || !strings.Contains(f.Message, "permission denied") || !strings.Contains(f.Message, "report sidecar instead") {
+		t.Errorf("failure %+v", f)
+	}
+	if got := reportedBy(t, e.runner, op); got != podrunner.ReportSidecar {
+		t.Fatalf("after a start error the pods report by %s", got)
+	}
+	again := creationOp("pvc-after")
+	if res, err := e.runner.Run(e.ctx, again); err != nil || res.Files["handle"] != "h" {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+}
+
+// An API server without image volumes (Kubernetes before 1.35, or the
+// ImageVolume gate off) drops the volume's source and refuses the pod: the
+// runner creates it again with the sidecar, within the same Run.
+func TestExecFallsBackWhenTheAPIServerRefusesImageVolumes(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "h"}}),
+		envOpts{cfg: func(c *podrunner.Config) { c.Report = podrunner.ReportExec }})
+	refused := 0
+	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		for i, v := range pod.Spec.Volumes {
+			if v.Image != nil {
+				refused++
+				return true, nil, apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Pod").GroupKind(), pod.Name, field.ErrorList{
+					field.Required(field.NewPath("spec", "volumes").Index(i), "must specify a volume type")})
 			}
-			// The pod stays until the caller has recorded the outcome.
-			p, gerr := e.getPod(op)
-			if gerr != nil {
-				t.Fatalf("the finished pod was removed by Run: %v", gerr)
-			}
-			if len(*uids) != 1 || (*uids)[0] != p.UID {
-				t.Errorf("Created called with %v, want once with %s", *uids, p.UID)
-			}
-			if f, ok := podrunner.IsPodFailure(err); ok && f.UID != p.UID || res != nil && res.UID != p.UID {
-				t.Errorf("the outcome does not name the pod's UID %s", p.UID)
-			}
-			op.UID = p.UID
-			e.remove(op)
-		})
+		}
+		return false, nil, nil
+	})
+	op := creationOp("pvc-refused")
+	res, err := e.runner.Run(e.ctx, op)
+	if err != nil || res.Files["handle"] != "h" {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if refused != 1 || e.creates.Load() != 1 {
+		t.Errorf("%d pods refused, %d created; want 1 and 1", refused, e.creates.Load())
+	}
+	p, err := e.getPod(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, wrapped := podrunner.Wrapped(p); wrapped || p.Spec.InitContainers[0].Name != podrunner.ReportContainer {
+		t.Error("the pod created is not the sidecar's")
 	}
 }
 

@@ -26,9 +26,9 @@ import (
 
 // renderInputs are `pav render`'s flags.
 type renderInputs struct {
-	file, phase, pvc, sc, pv, node, handle, capacity, reportImage, stateDir, podNamespace string
-	params                                                                                paramFlag
-	readOnly                                                                              bool
+	file, phase, pvc, sc, pv, node, handle, capacity, reportImage, stateDir, podNamespace, podReport string
+	params                                                                                           paramFlag
+	readOnly                                                                                         bool
 }
 
 type paramFlag map[string]string
@@ -82,11 +82,16 @@ func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.StringVar(&in.handle, "handle", "", "volume handle (deletion; default: the PV's or pvc-<uid>)")
 	fs.StringVar(&in.capacity, "capacity", "", "volume capacity (deletion, staging; default: the PV's)")
 	fs.BoolVar(&in.readOnly, "read-only", false, "staging: stage read-only")
-	fs.StringVar(&in.reportImage, "report-image", "ghcr.io/pods-as-volumes/pav:latest", "image of the report sidecar in the printed pod")
+	fs.StringVar(&in.reportImage, "report-image", "ghcr.io/pods-as-volumes/pav:latest", "image of pav-report (the pav image) in the printed pod")
+	fs.StringVar(&in.podReport, "pod-report", string(podrunner.ReportExec), "how the printed controller-side pod reports: exec (the driver's choice on Kubernetes 1.35+) or sidecar")
 	fs.StringVar(&in.stateDir, "state-dir", "", "staging, unstaging: the node plugin's --state-dir (default /var/lib/kubelet/plugins/NAME/volumes)")
 	fs.StringVar(&in.podNamespace, "pod-namespace", podrunner.DefaultNamespace, "the driver's --pod-namespace: where pods whose template names no namespace go")
 	fs.Var(in.params, "param", "a parameter key=value (StorageClass parameters or PV volumeAttributes); repeatable, wins over --sc/--pv")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if m := podrunner.ReportMode(in.podReport); m != podrunner.ReportExec && m != podrunner.ReportSidecar {
+		fmt.Fprintf(stderr, "pav render: --pod-report must be exec or sidecar, got %q\n", in.podReport)
 		return 2
 	}
 	out, err := render(ctx, in, stdin)
@@ -333,7 +338,8 @@ func setPod(out *rendered, ph v1alpha1.Phase, t *corev1.PodTemplateSpec, in rend
 	}
 	o := op(*t)
 	o.Token = renderedToken
-	pod, err := podrunner.BuildPod(o, in.reportImage, in.podNamespace)
+	pod, err := podrunner.BuildPod(o, podrunner.PodConfig{ReportImage: in.reportImage, DefaultNamespace: in.podNamespace,
+		Report: podrunner.ReportMode(in.podReport)})
 	if err != nil {
 		return err
 	}

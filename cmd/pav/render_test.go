@@ -205,7 +205,7 @@ func TestRenderAgreesWithTheDriver(t *testing.T) {
 			}
 			// The token is random per pod: render shows a placeholder.
 			op.Token = renderedToken
-			want, err := podrunner.BuildPod(op, image, "")
+			want, err := podrunner.BuildPod(op, podrunner.PodConfig{ReportImage: image, Report: podrunner.ReportExec})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,11 +7,14 @@
 //	→ main containers terminated → report sidecar terminated with its message,
 //	  phase Succeeded/Failed
 //
+// (a pod whose command pav-report wraps has no sidecar: its container ends
+// with the message, and the pod with it).
+//
 // It keeps a real /pav directory per pod (the pod's hostPath, or a temporary
 // directory standing in for the emptyDir), writes the Outcome's files there,
-// and records the report sidecar's termination message by running the same
-// encoder as `pav report` on that directory, so a Runner sees exactly what it
-// would see with a real kubelet.
+// and records the report's termination message by running the same encoder
+// as pav-report on that directory, so a Runner sees exactly what it would see
+// with a real kubelet.
 //
 // It also fills in what the fake clientset leaves out and the runner relies on:
 // UIDs and creationTimestamps on create, UID preconditions and graceful
@@ -65,6 +68,10 @@ const (
 	// ReportCrashLoop: the report sidecar cannot run (a report image without
 	// the pav binary) and crash-loops; the pod stays Pending.
 	ReportCrashLoop
+	// StartError: the runtime cannot start the regular containers (an image
+	// volume mounted noexec under a wrapped command, say): they terminate
+	// with reason StartError and code 128, and the pod fails.
+	StartError
 )
 
 // Outcome is what one pod does.
@@ -480,6 +487,20 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	case Hang:
 		pending()
 		return
+	case StartError:
+		msg := out.Message
+		if msg == "" {
+			msg = `failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: "` +
+				podrunner.ReportExecPath + `": permission denied`
+		}
+		k.mutate(st, func(p *corev1.Pod) {
+			for i := range p.Status.ContainerStatuses {
+				p.Status.ContainerStatuses[i].State = terminated(128, "StartError", msg)
+			}
+			p.Status.Phase = corev1.PodFailed
+		})
+		pending()
+		return
 	case ReportCrashLoop:
 		k.mutate(st, func(p *corev1.Pod) {
 			for i := range p.Status.InitContainerStatuses {
@@ -589,6 +610,12 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	if code != 0 {
 		phase = corev1.PodFailed
 	}
+	// A wrapped command's pav-report writes the report as the container ends.
+	wrapped, isWrapped := podrunner.Wrapped(pod)
+	wrappedMsg := ""
+	if isWrapped && dir != "" && !out.NoReport {
+		wrappedMsg = kubeletTruncate(report.Message(dir, execBudget(pod)), pod)
+	}
 	k.mutate(st, func(p *corev1.Pod) {
 		for i := range p.Status.ContainerStatuses {
 			s := &p.Status.ContainerStatuses[i]
@@ -597,11 +624,15 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 			if i == 0 || deleted {
 				c, r = code, reason
 			}
-			s.State, s.Ready = terminated(c, r, ""), false
+			m := ""
+			if isWrapped && s.Name == wrapped {
+				m = wrappedMsg
+			}
+			s.State, s.Ready = terminated(c, r, m), false
 		}
 		setCondition(p, corev1.ContainersReady, corev1.ConditionFalse, "PodCompleted", "")
 		setCondition(p, corev1.PodReady, corev1.ConditionFalse, "PodCompleted", "")
-		if out.ReportLag > 0 || out.NoReport {
+		if out.ReportLag > 0 || out.NoReport || isWrapped {
 			p.Status.Phase = phase
 		}
 	})
@@ -680,6 +711,28 @@ func reportBudget(pod *corev1.Pod) int {
 				if n, err := strconv.Atoi(e.Value); err == nil && n > 0 && n <= 4096 {
 					return n
 				}
+			}
+		}
+	}
+	return 4096
+}
+
+// execBudget reads a wrapped command's report budget from pav-report's
+// --max-bytes, as report.Command does.
+func execBudget(pod *corev1.Pod) int {
+	name, _ := podrunner.Wrapped(pod)
+	for _, c := range pod.Spec.Containers {
+		if c.Name != name {
+			continue
+		}
+		for _, a := range c.Command {
+			if v, ok := strings.CutPrefix(a, "--max-bytes="); ok {
+				if n, err := strconv.Atoi(v); err == nil && n > 0 && n <= 4096 {
+					return n
+				}
+			}
+			if a == "--" {
+				break
 			}
 		}
 	}

@@ -35,7 +35,7 @@ func createPod(t *testing.T, ctx context.Context, client *fake.Clientset) (*core
 	pod, err := podrunner.BuildPod(podrunner.Operation{
 		Provisioner: "p", Phase: v1alpha1.PhaseCreation, VolumeKey: "k",
 		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "x"}}}},
-	}, "img", "default")
+	}, podrunner.PodConfig{ReportImage: "img", DefaultNamespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
