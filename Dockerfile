@@ -2,7 +2,8 @@
 # The pav image: `pav` for the manager (Deployment) and the offline tools, `pav-driver
 # --mode=controller|node` (per-provisioner StatefulSet and DaemonSet; `pav driver` is the
 # same command, in the binary that also links the manager: cmd/pav-driver), and `pav-report`,
-# the small sidecar pav adds to a provisioner's controller-side pods.
+# which carries the /pav files of a provisioner's controller-side pods to the driver: as their
+# sidecar, or run from this image mounted as an image volume (--pod-report exec).
 #
 #   docker build -t ghcr.io/pods-as-volumes/pav:v0.2.0 .
 #   docker build --build-arg VERSION=v0.2.1 -t my.registry/pav:v0.2.1 .   (then set
@@ -31,5 +32,6 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 FROM gcr.io/distroless/static-debian12
 COPY --from=build /out/pav /out/pav-driver /out/pav-report /usr/local/bin/
 # `pav-report` (and `pav report`, for pods of older versions) is started by name: PATH must hold it.
+# Mounted as an image volume it is run by path: podrunner.ReportExecPath expects /usr/local/bin.
 ENV PATH=/usr/local/bin:/usr/bin:/bin
 ENTRYPOINT ["/usr/local/bin/pav"]

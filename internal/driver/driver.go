@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/record"
@@ -62,7 +63,10 @@ type Options struct {
 	PodTimeout      time.Duration
 	HTTPEndpoint    string // "" = none
 	ReportImage     string // "" = this pod's own pav image
-	StateDir        string // node: per-volume directories; "" = /var/lib/kubelet/plugins/<name>/volumes
+	// PodReport is how controller-side pods report (--pod-report): auto,
+	// exec or sidecar (podrunner.ReportMode).
+	PodReport string
+	StateDir  string // node: per-volume directories; "" = /var/lib/kubelet/plugins/<name>/volumes
 	// PodNamespace is where pods whose template names no namespace go; "" =
 	// this pod's namespace ($POD_NAMESPACE), else podrunner.DefaultNamespace.
 	PodNamespace string
@@ -88,10 +92,44 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--pod-timeout must not be negative")
 	case o.PodNamespace != "" && len(validation.IsDNS1123Label(o.PodNamespace)) > 0:
 		return fmt.Errorf("--pod-namespace %q is not a namespace name: %s", o.PodNamespace, strings.Join(validation.IsDNS1123Label(o.PodNamespace), "; "))
+	case o.PodReport != "" && o.PodReport != PodReportAuto && o.PodReport != string(podrunner.ReportExec) && o.PodReport != string(podrunner.ReportSidecar):
+		return fmt.Errorf("--pod-report must be auto, exec or sidecar, got %q", o.PodReport)
 	case o.Rate != (kubeconfig.Rate{}):
 		return o.Rate.Validate()
 	}
 	return nil
+}
+
+// PodReportAuto is --pod-report's default: exec where the API server is
+// Kubernetes 1.35 or later, whose image volumes are on by default, else
+// sidecar. The runner falls back to the sidecar by itself if image volumes
+// turn out unsupported after all (see podrunner.Config.Report).
+const PodReportAuto = "auto"
+
+// imageVolumesByDefault is the first Kubernetes release with the ImageVolume
+// feature gate on by default.
+var imageVolumesByDefault = version.MajorMinor(1, 35)
+
+// podReport resolves --pod-report. Only controller-side pods report through
+// the API, so node plugins (one per node) do not ask the API server's version.
+func podReport(ctx context.Context, o Options, client kube.Interface) podrunner.ReportMode {
+	if o.PodReport != PodReportAuto && o.PodReport != "" {
+		return podrunner.ReportMode(o.PodReport)
+	}
+	if o.Mode == ModeNode || client == nil {
+		return podrunner.ReportSidecar
+	}
+	info, err := client.ServerVersion(ctx)
+	if err != nil {
+		klog.InfoS("Cannot read the API server's version: controller-side pods get the report sidecar", "err", err)
+		return podrunner.ReportSidecar
+	}
+	v, err := version.ParseGeneric(info.GitVersion)
+	if err != nil || !v.AtLeast(imageVolumesByDefault) {
+		klog.InfoS("The API server predates image volumes by default: controller-side pods get the report sidecar", "version", info.GitVersion)
+		return podrunner.ReportSidecar
+	}
+	return podrunner.ReportExec
 }
 
 // DefaultStateDir is the node plugin's state directory (--state-dir) for a
@@ -372,8 +410,10 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(kube.Scheme, corev1.EventSource{Component: "pav-" + name, Host: o.NodeID})
 	d.Recorder = recorder
+	report := podReport(ctx, o, d.Client)
+	klog.InfoS("Controller-side pods report their /pav files", "by", report, "podReport", o.PodReport)
 	d.Runner = podrunner.New(podrunner.Config{Client: d.Client, Provisioner: name, NodeName: runnerNode,
-		ReportImage: o.ReportImage, PodTimeout: o.PodTimeout, DefaultNamespace: o.PodNamespace, Recorder: recorder})
+		ReportImage: o.ReportImage, Report: report, PodTimeout: o.PodTimeout, DefaultNamespace: o.PodNamespace, Recorder: recorder})
 
 	svc, _, err := Build(ctx, o, d)
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -213,5 +215,46 @@ func TestReadinessAsksTheAPIServerOncePerInterval(t *testing.T) {
 		if asked != step.want {
 			t.Errorf("check %d: the API server was asked %d times, want %d", i, asked, step.want)
 		}
+	}
+}
+
+func TestPodReport(t *testing.T) {
+	cases := []struct {
+		name, flag, mode, server string
+		versionErr               bool
+		want                     podrunner.ReportMode
+	}{
+		{"exec asked", "exec", ModeController, "v1.30.0", false, podrunner.ReportExec},
+		{"sidecar asked", "sidecar", ModeController, "v1.36.3", false, podrunner.ReportSidecar},
+		{"auto, 1.35", "auto", ModeController, "v1.35.0", false, podrunner.ReportExec},
+		{"auto, a vendor's 1.36", "auto", ModeAll, "v1.36.3-eks-4a2b", false, podrunner.ReportExec},
+		{"auto, 1.34", "auto", ModeController, "v1.34.9", false, podrunner.ReportSidecar},
+		{"auto, version unreadable", "auto", ModeController, "", true, podrunner.ReportSidecar},
+		{"auto, node plugin: no request", "auto", ModeNode, "v1.36.3", false, podrunner.ReportSidecar},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: c.server}
+			asked := 0
+			client.PrependReactor("get", "version", func(k8stesting.Action) (bool, runtime.Object, error) {
+				asked++
+				if c.versionErr {
+					return true, nil, errors.New("connection refused")
+				}
+				return false, nil, nil
+			})
+			got := podReport(context.Background(), Options{PodReport: c.flag, Mode: c.mode}, kubetest.Wrap(client))
+			if got != c.want {
+				t.Errorf("%s, want %s", got, c.want)
+			}
+			if c.mode == ModeNode && asked > 0 {
+				t.Error("a node plugin asked the API server's version")
+			}
+		})
+	}
+	if err := (&Options{Mode: ModeController, Provisioner: "p", Endpoint: "unix:///x", PodReport: "fast"}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "--pod-report must be auto, exec or sidecar") {
+		t.Errorf("Validate: %v", err)
 	}
 }

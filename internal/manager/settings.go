@@ -25,6 +25,9 @@ type Settings struct {
 	LogLevel *int `json:"logLevel,omitempty"`
 	// PodTimeout is the drivers' --pod-timeout.
 	PodTimeout *PodTimeout `json:"podTimeout,omitempty"`
+	// PodReport is the controller plugins' --pod-report: how controller-side
+	// pods report their /pav files (auto, exec, sidecar).
+	PodReport string `json:"podReport,omitempty"`
 	// KubeAPI is the API client rate of the drivers and of the sidecars that
 	// talk to the API server (their --kube-api-qps and --kube-api-burst), each
 	// process's own. At 1,000 claims at once the controller plugin's (some 14
@@ -124,6 +127,11 @@ func (s Settings) Validate() error {
 		if err := a.Validate(); err != nil {
 			return fmt.Errorf("kubeAPI (qps, burst) sets every container's flags: %w", err)
 		}
+	}
+	switch s.PodReport {
+	case "", "auto", "exec", "sidecar":
+	default:
+		return fmt.Errorf("podReport must be auto, exec or sidecar, got %q", s.PodReport)
 	}
 	if s.PodTimeout != nil && s.PodTimeout.Duration < 0 {
 		return fmt.Errorf("podTimeout must not be negative (0s means no limit), got %v", s.PodTimeout.Duration)

@@ -96,6 +96,13 @@ func TestRenderAppliesSettings(t *testing.T) {
 				}
 			}
 		}},
+		{"pod report for the controller plugin only", Settings{PodReport: "sidecar"}, func(t *testing.T, o *Objects) {
+			for name, c := range containers(o) {
+				if has := slices.Contains(c.Args, "--pod-report=sidecar"); has != (name == "controller/pav") {
+					t.Errorf("%s args %v", name, c.Args)
+				}
+			}
+		}},
 		{"API client rate of every container that talks to the API", Settings{KubeAPI: &kubeconfig.Rate{QPS: 200.5, Burst: 400}}, func(t *testing.T, o *Objects) {
 			for name, c := range containers(o) {
 				var got []string
@@ -181,6 +188,7 @@ func TestSettingsErrors(t *testing.T) {
 		{"kubeAPI: {qps: 0, burst: 10}\n", "kubeAPI (qps, burst) sets every container's flags: --kube-api-qps must be positive, got 0"},
 		{"kubeAPI: {qps: 20}\n", "kubeAPI (qps, burst) sets every container's flags: --kube-api-burst must be at least 1, got 0"},
 		{"podTimeout: soon\n", `podTimeout must be a duration such as 10m or 90s, got "soon"`},
+		{"podReport: fast\n", `podReport must be auto, exec or sidecar, got "fast"`},
 		{"resources: {node: {requests: {memory: 2Gi}, limits: {memory: 1Gi}}}\n", "resources.node: the memory request 2Gi is above its limit 1Gi"},
 	} {
 		path := filepath.Join(dir, "config.yaml")
