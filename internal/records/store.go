@@ -70,6 +70,10 @@ type store[T record] struct {
 	mu      sync.Mutex
 	synced  bool
 	written map[string]written[T] // by record name: our writes the cache has not caught up with
+	// stale: records whose write was refused (Conflict, NotFound): someone
+	// else wrote them since our last write, which the cache may not show yet,
+	// so the next Get asks the API server.
+	stale map[string]struct{}
 }
 
 // written is the last write of a record: the object (nil after a delete).
@@ -89,6 +93,7 @@ func isNil[T record](v T) bool {
 // using it.
 func (s *store[T]) init(k *kind[T], client dynamic.Interface, provisioner string) {
 	s.kind, s.client, s.provisioner, s.written = k, client.Resource(k.gvr), provisioner, map[string]written[T]{}
+	s.stale = map[string]struct{}{}
 	selector := s.selector().String()
 	s.informer = kube.NewInformer(client, s.client, &unstructured.Unstructured{}, 0,
 		func(o *metav1.ListOptions) { o.LabelSelector = selector },
@@ -189,28 +194,41 @@ func (s *store[T]) Get(ctx context.Context, csiName string) (T, error) {
 	name := s.kind.recordName(csiName)
 	s.mu.Lock()
 	w, ok := s.written[name]
+	_, stale := s.stale[name]
 	s.mu.Unlock()
-	if ok {
-		if isNil(w.obj) {
-			return none, nil
-		}
+	switch {
+	case stale:
+		// A write was just refused: the cache may still show what it was
+		// refused against.
+	case ok && isNil(w.obj):
+		return none, nil
+	case ok:
 		return s.check(s.kind.deepCopy(w.obj), csiName)
-	}
-	if obj, exists, err := s.informer.GetIndexer().GetByKey(name); err == nil && exists {
-		if v, ok := obj.(T); ok {
-			return s.check(s.kind.deepCopy(v), csiName)
+	default:
+		if obj, exists, err := s.informer.GetIndexer().GetByKey(name); err == nil && exists {
+			if v, ok := obj.(T); ok {
+				return s.check(s.kind.deepCopy(v), csiName)
+			}
 		}
 	}
 	// Not cached: either there is none, or the cache lags (or it is another
 	// provisioner's, which the informer does not see). Ask the API server.
 	u, err := s.client.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		s.mu.Lock()
+		delete(s.stale, name)
+		s.mu.Unlock()
 		return none, nil
 	}
 	if err != nil {
 		return none, fmt.Errorf("reading %s %s: %w", s.kind.name, name, err)
 	}
-	v, err := s.fromUnstructured(u)
+	var v T
+	if stale {
+		v, err = s.remember(u) // newer than the cache: serve it until the cache has it
+	} else {
+		v, err = s.fromUnstructured(u)
+	}
 	if err != nil {
 		return none, err
 	}
@@ -357,9 +375,11 @@ func (s *store[T]) Update(ctx context.Context, v T) (T, error) {
 	got, err := s.client.Update(ctx, u, metav1.UpdateOptions{FieldManager: fieldManager})
 	if err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// What we remember is stale: read afresh next time.
+			// What we remember, and maybe the cache, is stale: read
+			// afresh from the API server next time.
 			s.mu.Lock()
 			delete(s.written, v.GetName())
+			s.stale[v.GetName()] = struct{}{}
 			s.mu.Unlock()
 		}
 		return none, fmt.Errorf("updating %s %s: %w", s.kind.name, v.GetName(), err)
@@ -380,6 +400,7 @@ func (s *store[T]) Delete(ctx context.Context, v T) error {
 	}
 	s.mu.Lock()
 	s.written[v.GetName()] = written[T]{}
+	delete(s.stale, v.GetName())
 	s.mu.Unlock()
 	return nil
 }
@@ -414,6 +435,7 @@ func (s *store[T]) remember(u *unstructured.Unstructured) (T, error) {
 	v.SetManagedFields(nil)
 	s.mu.Lock()
 	s.written[v.GetName()] = written[T]{obj: s.kind.deepCopy(v), rv: v.GetResourceVersion()}
+	delete(s.stale, v.GetName())
 	s.mu.Unlock()
 	return v, nil
 }
