@@ -42,7 +42,12 @@
 // add their own handlers (OnPodEvent) and read the cache (Cached) to follow a
 // pod between operations without a second watch. The only
 // timers are the pod timeout (counted from the pod's creationTimestamp, so a
-// retry or a restart does not extend it) and the report wait below.
+// retry or a restart does not extend it), the report wait below, and the
+// grace of an unschedulable pod: a pod the scheduler cannot place yet (the
+// nodes are full until other pods end) waits in its queue like any pod, and
+// fails its operation with the scheduler's message only once it has been
+// unschedulable for Config.UnschedulableGrace (2 minutes), counted from its
+// PodScheduled condition.
 //
 // # Reading /pav without node access
 //

@@ -102,13 +102,18 @@ type verdict struct {
 	// execUnsupported: the node could not start pav-report in the container
 	// it wraps (ReportExec); the runner then builds pods with the sidecar.
 	execUnsupported bool
+	// recheckAt: the pod is unschedulable, which fails the operation once it
+	// has lasted the grace: look again then.
+	recheckAt time.Time
 }
 
 // evaluate decides what one observed state of an operation's pod means. It is a
-// pure function of the pod (a shared informer object: it must not be mutated)
-// and of two flags set by timers: reportExpired (stop waiting for the report of
-// a finished pod) and timedOut (the pod outlived timeout).
-func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, timeout time.Duration) verdict {
+// pure function of the pod (a shared informer object: it must not be mutated),
+// of two flags set by timers: reportExpired (stop waiting for the report of a
+// finished pod) and timedOut (the pod outlived timeout), and of the time now
+// against grace, how long a pod the scheduler places may stay unschedulable
+// (negative: not at all).
+func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, timeout, grace time.Duration, now time.Time) verdict {
 	sidecar := containerStatus(pod.Status.InitContainerStatuses, ReportContainer)
 
 	switch pod.Status.Phase {
@@ -162,6 +167,16 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			// Counted from the condition, so that a retry or a restarted
+			// driver does not extend it. A node pod names its node: nothing
+			// will place it elsewhere.
+			since := c.LastTransitionTime.Time
+			if since.IsZero() {
+				since = pod.CreationTimestamp.Time
+			}
+			if until := since.Add(grace); op.NodeName == "" && grace > 0 && !timedOut && now.Before(until) {
+				return verdict{recheckAt: until}
+			}
 			f := newFailure(op, pod)
 			f.Reason, f.Message = ReasonUnschedulable, c.Message
 			return verdict{done: true, failure: f}

@@ -32,6 +32,13 @@ const (
 	// DefaultReportWait bounds the wait, after a pod finished, for the kubelet to
 	// record its report sidecar's termination (and so the /pav files).
 	DefaultReportWait = 30 * time.Second
+	// DefaultUnschedulableGrace: a pod the scheduler cannot place yet (the
+	// nodes are full until other pods end, or an autoscaler is adding one)
+	// waits in its queue like any pod for this long before its operation
+	// fails with the scheduler's message. Failing at once turned a burst of
+	// claims on a full node into failed creations, each reverted by a
+	// deletion pod that could not be placed either.
+	DefaultUnschedulableGrace = 2 * time.Minute
 	// ReasonForeignPod is the reason of the Warning event pav puts on a pod
 	// that holds an operation's name but that pav did not create.
 	ReasonForeignPod = "ForeignPod"
@@ -77,6 +84,10 @@ type Config struct {
 	// PodTimeout bounds a pod's life from its creationTimestamp (so retries and
 	// driver restarts keep the same clock); 0 = no timeout.
 	PodTimeout time.Duration
+	// UnschedulableGrace is how long a pod the scheduler places may stay
+	// unschedulable before that fails its operation: 0 =
+	// DefaultUnschedulableGrace, negative = at once.
+	UnschedulableGrace time.Duration
 	// ReportWait bounds the wait for the report of a finished pod; 0 = DefaultReportWait.
 	ReportWait time.Duration
 	// DefaultNamespace is where pods go when their template names no namespace:
@@ -336,13 +347,8 @@ func (pw *podWatch) forget() {
 // next blocks until the pod may have changed, a timer fires, ctx is done or the
 // runner stops.
 func (pw *podWatch) next(ctx context.Context, timers ...<-chan time.Time) (fired int, err error) {
-	var t0, t1 <-chan time.Time
-	if len(timers) > 0 {
-		t0 = timers[0]
-	}
-	if len(timers) > 1 {
-		t1 = timers[1]
-	}
+	var t [3]<-chan time.Time
+	copy(t[:], timers)
 	select {
 	case <-ctx.Done():
 		return -1, ctx.Err()
@@ -350,10 +356,12 @@ func (pw *podWatch) next(ctx context.Context, timers ...<-chan time.Time) (fired
 		return -1, ErrStopped
 	case <-pw.w.kick:
 		return -1, nil
-	case <-t0:
+	case <-t[0]:
 		return 0, nil
-	case <-t1:
+	case <-t[1]:
 		return 1, nil
+	case <-t[2]:
+		return 2, nil
 	}
 }
 
@@ -685,13 +693,19 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 		defer t.Stop()
 		timeoutC = t.C
 	}
-	var reportC <-chan time.Time
-	var reportTimer *time.Timer
+	var reportC, recheckC <-chan time.Time
+	var reportTimer, recheckTimer *time.Timer
 	defer func() {
-		if reportTimer != nil {
-			reportTimer.Stop()
+		for _, t := range []*time.Timer{reportTimer, recheckTimer} {
+			if t != nil {
+				t.Stop()
+			}
 		}
 	}()
+	grace := r.cfg.UnschedulableGrace
+	if grace == 0 {
+		grace = DefaultUnschedulableGrace
+	}
 
 	timedOut, reportExpired := false, false
 	for {
@@ -707,9 +721,18 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 			return nil, verdict{}, fmt.Errorf("%w: %s pod %s/%s (uid %s) was deleted by someone else before it finished",
 				ErrPodDeleted, op.Phase, pw.ns, pw.name, uid)
 		case p != nil && p.UID == uid:
-			v := evaluate(op, p, reportExpired, timedOut, r.cfg.PodTimeout)
+			v := evaluate(op, p, reportExpired, timedOut, r.cfg.PodTimeout, grace, time.Now())
 			if v.done {
 				return p, v, nil
+			}
+			if !v.recheckAt.IsZero() {
+				if recheckTimer == nil {
+					logger.Info("Pod is unschedulable for now; waiting for the scheduler", "until", v.recheckAt)
+					recheckTimer = time.NewTimer(time.Until(v.recheckAt))
+				} else {
+					recheckTimer.Reset(time.Until(v.recheckAt))
+				}
+				recheckC = recheckTimer.C
 			}
 			if v.awaitingReport && reportTimer == nil {
 				wait := r.cfg.ReportWait
@@ -727,7 +750,7 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 			// not enough: the informer updates its store before it calls the
 			// delete handler that records the last state, so wait for that.
 			if last, _ := pw.lastState(uid); last != nil && finished(last) {
-				if v := evaluate(op, last, true, timedOut, r.cfg.PodTimeout); v.done {
+				if v := evaluate(op, last, true, timedOut, r.cfg.PodTimeout, grace, time.Now()); v.done {
 					logger.V(2).Info("Pod finished and was deleted before we looked; using its last state")
 					return last, v, nil
 				}
@@ -738,7 +761,7 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 			// caught up (it may even still show an older pod of that name),
 			// or just deleted and the handler has not run yet.
 		}
-		fired, err := pw.next(ctx, timeoutC, reportC)
+		fired, err := pw.next(ctx, timeoutC, reportC, recheckC)
 		if err != nil {
 			return nil, verdict{}, err
 		}

@@ -290,7 +290,7 @@ func TestRunOutcomes(t *testing.T) {
 				}
 			}},
 		{"unschedulable", fakekubelet.Outcome{Kind: fakekubelet.Unschedulable, Message: "0/3 nodes are available: 3 Insufficient memory."},
-			nil, func(t *testing.T, res *podrunner.Result, err error) {
+			func(c *podrunner.Config) { c.UnschedulableGrace = -1 }, func(t *testing.T, res *podrunner.Result, err error) {
 				f := mustFail(t, err)
 				if f.Reason != podrunner.ReasonUnschedulable || f.PodPhase != corev1.PodPending || f.Message != "0/3 nodes are available: 3 Insufficient memory." {
 					t.Errorf("failure %+v", f)
@@ -439,6 +439,41 @@ func runOutcome(t *testing.T, e *env, op podrunner.Operation, outcome fakekubele
 	}
 	op.UID = p.UID
 	e.remove(op)
+}
+
+// A pod the scheduler cannot place yet (a full node) waits in its queue for
+// the grace, counted from when it became unschedulable; one that stays so
+// fails with the scheduler's message.
+func TestUnschedulableGrace(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after time.Duration // placed after this long; 0 = never
+		fail  bool
+	}{
+		{"placed within the grace", 100 * time.Millisecond, false},
+		{"never placed", 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Unschedulable, Message: "0/1 nodes are available: 1 Too many pods.",
+				SchedulableAfter: c.after, Files: map[string]string{"handle": "h"}}),
+				envOpts{cfg: func(cfg *podrunner.Config) { cfg.UnschedulableGrace = 400 * time.Millisecond }})
+			start := time.Now()
+			res, err := e.runner.Run(e.ctx, creationOp("pvc-full-node"))
+			if !c.fail {
+				if err != nil || res.Files["handle"] != "h" {
+					t.Fatalf("res %+v err %v", res, err)
+				}
+				return
+			}
+			f := mustFail(t, err)
+			if f.Reason != podrunner.ReasonUnschedulable || !strings.Contains(f.Message, "Too many pods") {
+				t.Errorf("failure %+v", f)
+			}
+			if d := time.Since(start); d < 400*time.Millisecond {
+				t.Errorf("failed after %s, within the grace", d)
+			}
+		})
+	}
 }
 
 // A node whose runtime cannot start pav-report in the wrapped container (an

@@ -90,6 +90,9 @@ type Outcome struct {
 	Reason, Message string
 	// RunFor is how long the pod runs before finishing (Succeed, Fail).
 	RunFor time.Duration
+	// SchedulableAfter (Unschedulable): the pod is placed after this long
+	// (other pods ended) and then succeeds; 0 = never placed.
+	SchedulableAfter time.Duration
 	// ReportLag, if set, publishes the terminal phase while the report sidecar
 	// is still running, and its termination ReportLag later (as happens when an
 	// init container fails). NoReport never records the sidecar's termination.
@@ -442,8 +445,17 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 			p.Status.Phase = corev1.PodPending
 			setCondition(p, corev1.PodScheduled, corev1.ConditionFalse, corev1.PodReasonUnschedulable, msg)
 		})
-		pending()
-		return
+		if out.SchedulableAfter <= 0 {
+			pending()
+			return
+		}
+		if deleted, ok := wait(out.SchedulableAfter); !ok {
+			return
+		} else if deleted {
+			k.remove(st)
+			return
+		}
+		out.Kind = Succeed
 	}
 
 	// Scheduled: bound to a node, containers being created.
