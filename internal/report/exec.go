@@ -42,18 +42,12 @@ func Exec(argv []string, dir, terminationLog string, maxBytes int) int {
 	if dir == "" {
 		dir = Dir
 	}
-	if terminationLog == "" {
-		terminationLog = TerminationLog
-	}
 	code := run(argv)
 	if os.Getpid() == 1 {
 		killRest()
 	}
-	if err := os.WriteFile(terminationLog, []byte(Message(dir, maxBytes)), 0o644); err != nil {
-		fmt.Fprintf(os.Stderr, "pav-report: writing %s: %v\n", terminationLog, err)
-		if code == 0 {
-			code = 1 // a success without its report would lose the handle
-		}
+	if !write(dir, terminationLog, maxBytes) && code == 0 {
+		code = 1 // a success without its report would lose the handle
 	}
 	return code
 }

@@ -93,19 +93,26 @@ func Run(ctx context.Context, dir, terminationLog string, checkReady bool) int {
 		}
 		return 1
 	}
-	if terminationLog == "" {
-		terminationLog = TerminationLog
-	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	<-ctx.Done()
-
-	msg := Message(dir, budgetFromEnv())
-	if err := os.WriteFile(terminationLog, []byte(msg), 0o644); err != nil {
-		fmt.Fprintf(os.Stderr, "pav report: writing %s: %v\n", terminationLog, err)
+	if !write(dir, terminationLog, budgetFromEnv()) {
 		return 1
 	}
 	return 0
+}
+
+// write writes the report of dir (Message) to terminationLog (default
+// TerminationLog) for Run and Exec; a failure is said on stderr.
+func write(dir, terminationLog string, maxBytes int) bool {
+	if terminationLog == "" {
+		terminationLog = TerminationLog
+	}
+	if err := os.WriteFile(terminationLog, []byte(Message(dir, maxBytes)), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "pav-report: writing %s: %v\n", terminationLog, err)
+		return false
+	}
+	return true
 }
 
 // Command parses the arguments of pav-report and `pav report` (--dir,
