@@ -115,6 +115,7 @@ type verdict struct {
 // (negative: not at all).
 func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, timeout, grace time.Duration, now time.Time) verdict {
 	sidecar := containerStatus(pod.Status.InitContainerStatuses, ReportContainer)
+	wrappedName, isWrapped := Wrapped(pod)
 
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded, corev1.PodFailed:
@@ -124,14 +125,14 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 			return finishedVerdict(op, pod, files, perr)
 		}
 		msg, have := "", false
-		if name, ok := Wrapped(pod); ok {
+		if isWrapped {
 			// pav-report wrote the report as it ended, with the container.
-			s := containerStatus(pod.Status.ContainerStatuses, name)
+			s := containerStatus(pod.Status.ContainerStatuses, wrappedName)
 			if t := wrapperFailedToStart(s); t != nil {
 				f := podFailed(op, pod)
 				f.Reason = t.Reason
 				f.Message = fmt.Sprintf("pav-report (from image volume %s of the report image) could not start in container %q: %s; "+
-					"pav gives the next pods the report sidecar instead", ReportVolume, name, strings.TrimSpace(t.Message))
+					"pav gives the next pods the report sidecar instead", ReportVolume, wrappedName, strings.TrimSpace(t.Message))
 				return verdict{done: true, failure: f, execUnsupported: true}
 			}
 			if s != nil && s.State.Terminated != nil {
@@ -183,7 +184,6 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 		}
 	}
 
-	wrappedName, isWrapped := Wrapped(pod)
 	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, s := range list {
 			if w := s.State.Waiting; w != nil && imageErrorReasons[w.Reason] {
