@@ -6,6 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -50,6 +53,50 @@ func Exec(argv []string, dir, terminationLog string, maxBytes int) int {
 		code = 1 // a success without its report would lose the handle
 	}
 	return code
+}
+
+// ExecNode is Exec for a node pod (staging, unstaging, node expansion), whose
+// /pav is a directory of the node plugin's, which reads its files itself: no
+// report is written. Once the command has ended (and, as PID 1, what it left
+// running is killed), its exit code goes to exitFile (/pav/.pav-exit), where
+// the node plugin's inotify watch sees it at once; the pod's own status would
+// reach the node plugin only after the kubelet's next relist (up to its 1 s
+// period) and a status update. It exits with the command's code, so the pod's
+// status, which comes later, says the same.
+func ExecNode(argv []string, exitFile string) int {
+	code := run(argv)
+	if os.Getpid() == 1 {
+		killRest()
+	}
+	if err := WriteExit(exitFile, code); err != nil {
+		fmt.Fprintf(os.Stderr, "pav-report: %v\n", err)
+	}
+	return code
+}
+
+// WriteExit writes code to path as one line, atomically (a temporary file
+// beside it, then a rename), so that a reader never sees half of it.
+func WriteExit(path string, code int) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(code)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("writing the exit code: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing the exit code: %w", err)
+	}
+	return nil
+}
+
+// ReadExit reads the exit code ExecNode wrote in dir: ok is false while there
+// is none, or what is there is not one (a file the command itself put there
+// is read under the same rules as the report's: no symlink, regular, small).
+func ReadExit(dir string) (code int, ok bool) {
+	s, err := readReportFile(filepath.Join(dir, FileExit), 16, false)
+	if err != nil {
+		return 0, false
+	}
+	code, err = strconv.Atoi(strings.TrimSpace(s))
+	return code, err == nil
 }
 
 // run starts argv, forwards signals to it until it exits, and returns its exit code.

@@ -98,3 +98,70 @@ func TestCommandExec(t *testing.T) {
 		t.Errorf("report %s (%d bytes), want the error's tail within 24 bytes", b, len(b))
 	}
 }
+
+// A node pod's wrapper writes the command's exit code, not a report, and
+// ReadExit reads it back only from a regular file holding a number.
+func TestCommandExecExitFile(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(t.TempDir(), "termination-log")
+	for _, c := range []struct {
+		script string
+		want   int
+	}{
+		{"echo done > \"$0\"/handle", 0},
+		{"exit 3", 3},
+		{"kill -TERM $$", 128 + 15},
+	} {
+		if _, ok := report.ReadExit(dir); ok {
+			os.Remove(filepath.Join(dir, report.FileExit))
+		}
+		code := report.Command(context.Background(), []string{"--exec", "--dir=" + dir, "--termination-log=" + log,
+			"--exit-file=" + filepath.Join(dir, report.FileExit), "--", "sh", "-c", c.script, dir})
+		if code != c.want {
+			t.Errorf("%q: exit code %d, want %d", c.script, code, c.want)
+		}
+		if got, ok := report.ReadExit(dir); !ok || got != c.want {
+			t.Errorf("%q: ReadExit = %d, %v; want %d, true", c.script, got, ok, c.want)
+		}
+	}
+	if _, err := os.Stat(log); !os.IsNotExist(err) {
+		t.Errorf("a node pod's wrapper wrote a termination message (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, report.FileExit+".tmp")); !os.IsNotExist(err) {
+		t.Errorf("the temporary exit file is left (%v)", err)
+	}
+}
+
+func TestReadExit(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		make   func(path string) error
+		want   int
+		wantOK bool
+	}{
+		{"none", func(string) error { return nil }, 0, false},
+		{"code", func(p string) error { return os.WriteFile(p, []byte("0\n"), 0o644) }, 0, true},
+		{"failure", func(p string) error { return os.WriteFile(p, []byte("137\n"), 0o644) }, 137, true},
+		{"half written", func(p string) error { return os.WriteFile(p, nil, 0o644) }, 0, false},
+		{"not a number", func(p string) error { return os.WriteFile(p, []byte("ok"), 0o644) }, 0, false},
+		{"too large", func(p string) error { return os.WriteFile(p, []byte("0                  \n"), 0o644) }, 0, false},
+		{"symlink", func(p string) error {
+			target := filepath.Join(filepath.Dir(p), "zero")
+			if err := os.WriteFile(target, []byte("0"), 0o644); err != nil {
+				return err
+			}
+			return os.Symlink(target, p)
+		}, 0, false},
+		{"directory", func(p string) error { return os.Mkdir(p, 0o755) }, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := c.make(filepath.Join(dir, report.FileExit)); err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := report.ReadExit(dir); got != c.want || ok != c.wantOK {
+				t.Errorf("ReadExit = %d, %v; want %d, %v", got, ok, c.want, c.wantOK)
+			}
+		})
+	}
+}

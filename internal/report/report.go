@@ -51,6 +51,11 @@ const (
 	FileTopology = "topology"
 	// FileReady is not reported: for KeepRunning pods it is probed (see Run).
 	FileReady = "ready"
+	// FileExit is where pav-report --exec --exit-file, wrapping the command
+	// of a node pod, writes the command's exit code when it ends (ExecNode):
+	// the node plugin sees it through inotify, at once, where the pod's
+	// status would come a kubelet relist later.
+	FileExit = ".pav-exit"
 )
 
 // Files are the files carried in the report, in the order they give
@@ -116,8 +121,8 @@ func write(dir, terminationLog string, maxBytes int) bool {
 }
 
 // Command parses the arguments of pav-report and `pav report` (--dir,
-// --check-ready, --termination-log; --exec, --max-bytes and the command after
-// --) and runs Run or Exec; it returns the exit code.
+// --check-ready, --termination-log; --exec, --max-bytes, --exit-file and the
+// command after --) and runs Run or Exec; it returns the exit code.
 func Command(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("pav report", flag.ContinueOnError)
 	dir := fs.String("dir", Dir, "directory whose files are reported")
@@ -125,8 +130,12 @@ func Command(ctx context.Context, args []string) int {
 	termLog := fs.String("termination-log", TerminationLog, "file the report is written to")
 	execute := fs.Bool("exec", false, "run the command after -- as a child, then write the report (see Exec)")
 	maxBytes := fs.Int("max-bytes", MaxMessage, "with --exec: the report's budget (the sidecar reads "+MaxBytesEnv+")")
+	exitFile := fs.String("exit-file", "", "with --exec: write the command's exit code to this file instead of the report (a node pod, whose /pav the node plugin reads)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *execute && *exitFile != "" {
+		return ExecNode(fs.Args(), *exitFile)
 	}
 	if *execute {
 		return Exec(fs.Args(), *dir, *termLog, clampBudget(*maxBytes))
