@@ -50,6 +50,13 @@ type Operation struct {
 	HostPath string
 	// KeepRunning: the pod may create /pav/ready and keep running (staging).
 	KeepRunning bool
+	// EndAtExit (node pods): the caller discards the pod (Discard) once Run
+	// returns, rather than waiting for it to go. Its command is then wrapped
+	// (ReportExec) and its end taken from the exit code pav-report writes in
+	// /pav, before the kubelet publishes it: deleting a pod whose end is not
+	// published yet costs the kubelet a graceful deletion's round trip, which
+	// a caller that waits for the pod to go would wait for.
+	EndAtExit bool
 
 	// Token is the pod's proof of origin: a fresh random value (NewToken) that
 	// the caller recorded where only pav can write BEFORE calling Run. The pod
@@ -253,11 +260,15 @@ func BuildPod(op Operation, cfg PodConfig) (*corev1.Pod, error) {
 	})
 
 	// Node pods' /pav is the node plugin's own directory, which it reads
-	// itself (hostdir.go); the others need pav-report to carry /pav out.
+	// itself (hostdir.go): wrapped, they only tell when their command ended;
+	// the others need pav-report to carry /pav out.
 	switch {
 	case op.HostPath != "":
+		if cfg.Report == ReportExec && op.EndAtExit && wrappable(&op, &pod.Spec) {
+			wrap(&pod.Spec, reportImage, true)
+		}
 	case cfg.Report == ReportExec && wrappable(&op, &pod.Spec):
-		wrap(&pod.Spec, reportImage)
+		wrap(&pod.Spec, reportImage, false)
 	default:
 		pod.Spec.InitContainers = append([]corev1.Container{reportSidecar(op, reportImage, reportBudget(&pod.Spec, 1))},
 			pod.Spec.InitContainers...)
@@ -269,10 +280,10 @@ func BuildPod(op Operation, cfg PodConfig) (*corev1.Pod, error) {
 // That takes one container, the only one writing /pav when it ends (no
 // sidecar of the user's), whose command pav knows (not the image's
 // entrypoint, which only the node sees), and no name or path of
-// ReportVolume's in use. KeepRunning pods keep the sidecar, whose readiness
-// probe tells /pav/ready.
+// ReportVolume's in use. Controller-side KeepRunning pods keep the sidecar,
+// whose readiness probe tells /pav/ready (a node pod's is read on the host).
 func wrappable(op *Operation, spec *corev1.PodSpec) bool {
-	if op.KeepRunning || len(spec.Containers) != 1 || len(spec.Containers[0].Command) == 0 {
+	if (op.KeepRunning && op.HostPath == "") || len(spec.Containers) != 1 || len(spec.Containers[0].Command) == 0 {
 		return false
 	}
 	for _, c := range spec.InitContainers {
@@ -295,15 +306,21 @@ func wrappable(op *Operation, spec *corev1.PodSpec) bool {
 
 // wrap makes pav-report, from the report image mounted as an image volume,
 // the first process of the pod's one container: it runs the template's
-// command (with its args) as its child and writes the report as the
-// container's termination message when it ends (report.Exec).
-func wrap(spec *corev1.PodSpec, image string) {
+// command (with its args) as its child and, when it ends, writes the report
+// as the container's termination message (report.Exec), or for a node pod
+// the command's exit code to /pav/.pav-exit (report.ExecNode).
+func wrap(spec *corev1.PodSpec, image string, node bool) {
 	c := &spec.Containers[0]
-	c.Command = append([]string{ReportExecPath, "--exec", "--dir=" + MountPath,
-		"--max-bytes=" + strconv.Itoa(reportBudget(spec, 0)), "--"}, c.Command...)
+	if node {
+		c.Command = append([]string{ReportExecPath, "--exec", "--dir=" + MountPath,
+			"--exit-file=" + path.Join(MountPath, report.FileExit), "--"}, c.Command...)
+	} else {
+		c.Command = append([]string{ReportExecPath, "--exec", "--dir=" + MountPath,
+			"--max-bytes=" + strconv.Itoa(reportBudget(spec, 0)), "--"}, c.Command...)
+		c.TerminationMessagePath = report.TerminationLog
+		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	}
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: ReportVolume, MountPath: ReportDir, ReadOnly: true})
-	c.TerminationMessagePath = report.TerminationLog
-	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: ReportVolume, VolumeSource: corev1.VolumeSource{
 		Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: corev1.PullIfNotPresent}}})
 }

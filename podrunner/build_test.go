@@ -384,6 +384,13 @@ func TestBuildPodReportBudget(t *testing.T) {
 // ReportExec wraps the command of a pod that has exactly one container and
 // states its command; every other controller-side pod keeps the sidecar, and
 // node pods have neither.
+// node makes op a node pod's: a staging pod on its node's host directory,
+// discarded once it ends.
+func node(op podrunner.Operation) podrunner.Operation {
+	op.Phase, op.NodeName, op.HostPath, op.EndAtExit = v1alpha1.PhaseStaging, "n", "/var/lib/pav/v", true
+	return op
+}
+
 func TestBuildPodReportExec(t *testing.T) {
 	one := func(mod func(s *corev1.PodSpec)) podrunner.Operation {
 		op := podrunner.Operation{Provisioner: "p", Phase: v1alpha1.PhaseCreation, VolumeKey: "pvc-1",
@@ -418,11 +425,17 @@ func TestBuildPodReportExec(t *testing.T) {
 			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "x", MountPath: podrunner.ReportDir + "/bin/"}}
 		}), podrunner.ReportExec, "sidecar"},
 		{"KeepRunning", func() podrunner.Operation { o := one(nil); o.KeepRunning = true; return o }(), podrunner.ReportExec, "sidecar"},
-		{"a node pod", func() podrunner.Operation {
-			o := one(nil)
-			o.Phase, o.NodeName, o.HostPath = v1alpha1.PhaseStaging, "n", "/var/lib/pav/v"
+		{"a node pod", node(one(nil)), podrunner.ReportExec, "exec"},
+		{"a node pod that may keep running", func() podrunner.Operation { o := node(one(nil)); o.KeepRunning = true; return o }(),
+			podrunner.ReportExec, "exec"},
+		{"a node pod in the sidecar mode", node(one(nil)), podrunner.ReportSidecar, "none"},
+		{"a node pod waited for until it goes", func() podrunner.Operation {
+			o := node(one(nil))
+			o.Phase, o.EndAtExit = v1alpha1.PhaseUnstaging, false
 			return o
 		}(), podrunner.ReportExec, "none"},
+		{"a node pod with the image's entrypoint", node(one(func(s *corev1.PodSpec) { s.Containers[0].Command = nil })),
+			podrunner.ReportExec, "none"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -452,10 +465,16 @@ func TestBuildPodReportExec(t *testing.T) {
 			}
 			main := pod.Spec.Containers[0]
 			wantCmd := []string{podrunner.ReportExecPath, "--exec", "--dir=/pav", "--max-bytes=4096", "--", "sh", "-c"}
+			wantTermination := corev1.TerminationMessageReadFile
+			if c.op.HostPath != "" {
+				// The node plugin reads /pav itself: only the exit code is written.
+				wantCmd = []string{podrunner.ReportExecPath, "--exec", "--dir=/pav", "--exit-file=/pav/.pav-exit", "--", "sh", "-c"}
+				wantTermination = corev1.TerminationMessageFallbackToLogsOnError // the template's
+			}
 			if name != "main" || strings.Join(main.Command, " ") != strings.Join(wantCmd, " ") || strings.Join(main.Args, " ") != "echo $(X)" {
 				t.Errorf("container %s runs %q %q, want %q with its args", name, main.Command, main.Args, wantCmd)
 			}
-			if main.TerminationMessagePath != "/dev/termination-log" || main.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+			if main.TerminationMessagePolicy != wantTermination {
 				t.Errorf("termination message %s, %s", main.TerminationMessagePath, main.TerminationMessagePolicy)
 			}
 			var vol *corev1.Volume

@@ -117,12 +117,23 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 	sidecar := containerStatus(pod.Status.InitContainerStatuses, ReportContainer)
 	wrappedName, isWrapped := Wrapped(pod)
 
+	if op.HostPath != "" && op.EndAtExit && isWrapped && !finished(pod) {
+		// pav-report wrote the command's exit code on the host as it ended
+		// (report.ExecNode): a success needs no wait for the kubelet's
+		// relist. A failure waits for the pod's status, which says why.
+		if code, ok := report.ReadExit(op.HostPath); ok && code == 0 {
+			files, perr := report.Read(op.HostPath, report.MaxMessage)
+			return finishedVerdict(op, pod, true, files, perr)
+		}
+	}
+
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded, corev1.PodFailed:
+		succeeded := pod.Status.Phase == corev1.PodSucceeded
 		if op.HostPath != "" {
 			// A node pod: no sidecar, the node plugin reads /pav itself.
 			files, perr := report.Read(op.HostPath, report.MaxMessage)
-			return finishedVerdict(op, pod, files, perr)
+			return finishedVerdict(op, pod, succeeded, files, perr)
 		}
 		msg, have := "", false
 		if isWrapped {
@@ -157,7 +168,7 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 		} else {
 			files, perr = map[string]string{}, report.ErrNoReport
 		}
-		return finishedVerdict(op, pod, files, perr)
+		return finishedVerdict(op, pod, succeeded, files, perr)
 	}
 
 	if op.KeepRunning && pod.Status.Phase == corev1.PodRunning && signalledReady(op, sidecar) && allRunning(pod) {
@@ -226,10 +237,10 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 	return verdict{}
 }
 
-// finishedVerdict is the outcome of a finished pod, given the files it left
-// in /pav and the problem reading them, if any.
-func finishedVerdict(op *Operation, pod *corev1.Pod, files map[string]string, perr error) verdict {
-	if pod.Status.Phase == corev1.PodSucceeded {
+// finishedVerdict is the outcome of a finished pod, given whether it
+// succeeded, the files it left in /pav and the problem reading them, if any.
+func finishedVerdict(op *Operation, pod *corev1.Pod, succeeded bool, files map[string]string, perr error) verdict {
+	if succeeded {
 		if perr != nil && !errors.Is(perr, report.ErrNoReport) {
 			// Succeeding with a handle or capacity we could not read would
 			// silently fall back to the template's values: fail instead.

@@ -453,10 +453,11 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 		return nil, err
 	}
 	defer pw.close()
-	if op.HostPath != "" && op.KeepRunning {
-		// Readiness is a file on this node, not a pod status: watch it before
-		// the first look at the pod, so that its creation cannot be missed.
-		defer watchReady(ctx, op.HostPath, pw.poke)()
+	if _, wrapped := Wrapped(pod); op.HostPath != "" && (op.KeepRunning || wrapped && op.EndAtExit) {
+		// Readiness, and a wrapped command's end, are files on this node,
+		// not a pod status: watch them before the first look at the pod, so
+		// that their creation cannot be missed.
+		defer watchHostDir(ctx, op.HostPath, pw.poke)()
 	}
 
 	cur, err := r.createOrAdopt(ctx, pw, pod, &op)
@@ -829,6 +830,21 @@ func (r *Runner) deletePod(ctx context.Context, pod *corev1.Pod) error {
 // of that name that is not the operation's is never deleted: Delete leaves it
 // alone and returns nil, since the operation's own pod is gone.
 func (r *Runner) Delete(ctx context.Context, op Operation) error {
+	return r.remove(ctx, op, true)
+}
+
+// Discard is Delete without the wait: it asks for the deletion of the
+// operation's pod (the same identity checks) and returns. It is for a pod
+// whose command has ended (a node pod's wrapped command wrote its exit code)
+// while its status may still say Running: the kubelet then takes a graceful
+// deletion's round trip to remove it, which nothing needs to wait for. The
+// caller keeps the pod's identity until the informer no longer has it, so
+// that no new pod of its name is created meanwhile (it would meet this one).
+func (r *Runner) Discard(ctx context.Context, op Operation) error {
+	return r.remove(ctx, op, false)
+}
+
+func (r *Runner) remove(ctx context.Context, op Operation, wait bool) error {
 	if err := op.validate(); err != nil {
 		return err
 	}
@@ -865,6 +881,9 @@ func (r *Runner) Delete(ctx context.Context, op Operation) error {
 	logger.Info("Deleting pod", "uid", p.UID, "podPhase", p.Status.Phase)
 	if err := r.deletePod(ctx, p); err != nil {
 		return fmt.Errorf("deleting %s pod %s/%s: %w", op.Phase, ns, name, err)
+	}
+	if !wait {
+		return nil
 	}
 	if err := r.waitGone(ctx, pw, p.UID, fromCache); err != nil {
 		return fmt.Errorf("waiting for %s pod %s/%s to go away: %w", op.Phase, ns, name, err)

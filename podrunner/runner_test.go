@@ -807,10 +807,20 @@ func TestForeignPodRefused(t *testing.T) {
 	}
 }
 
+// nodeModes are the runner's report modes as node pods see them: unwrapped,
+// or wrapped by pav-report writing the exit code.
+var nodeModes = []podrunner.ReportMode{podrunner.ReportSidecar, podrunner.ReportExec}
+
 func TestKeepRunningAndDelete(t *testing.T) {
+	for _, mode := range nodeModes {
+		t.Run(string(mode), func(t *testing.T) { testKeepRunningAndDelete(t, mode) })
+	}
+}
+
+func testKeepRunningAndDelete(t *testing.T, mode podrunner.ReportMode) {
 	hostDir := filepath.Join(t.TempDir(), "vol-1")
 	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}), envOpts{
-		cfg: func(c *podrunner.Config) { c.NodeName = "node-a" },
+		cfg: func(c *podrunner.Config) { c.NodeName = "node-a"; c.Report = mode },
 		kubelet: fakekubelet.Options{
 			DeletionDelay: 300 * time.Millisecond,
 			OnStart: func(pod *corev1.Pod, dir string) error {
@@ -819,6 +829,7 @@ func TestKeepRunningAndDelete(t *testing.T) {
 		},
 	})
 	op := stagingOp("vol-1", "node-a", hostDir)
+	op.EndAtExit = true // wrapped in the exec mode
 	res, err := e.runner.Run(e.ctx, op)
 	if err != nil || !res.Running {
 		t.Fatalf("res %+v err %v", res, err)
@@ -867,13 +878,69 @@ func TestKeepRunningNotReadyTimesOut(t *testing.T) {
 }
 
 func TestKeepRunningPodThatCompletes(t *testing.T) {
-	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed}), envOpts{cfg: func(c *podrunner.Config) { c.NodeName = "node-a" }})
-	op := stagingOp("vol-3", "node-a", filepath.Join(t.TempDir(), "vol-3"))
-	res, err := e.runner.Run(e.ctx, op)
-	if err != nil || res.Running {
+	for _, mode := range nodeModes {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed}), envOpts{cfg: func(c *podrunner.Config) { c.NodeName = "node-a"; c.Report = mode }})
+			op := stagingOp("vol-3", "node-a", filepath.Join(t.TempDir(), "vol-3"))
+			op.EndAtExit = true // wrapped in the exec mode
+			res, err := e.runner.Run(e.ctx, op)
+			if err != nil || res.Running {
+				t.Fatalf("res %+v err %v", res, err)
+			}
+			e.remove(op)
+		})
+	}
+}
+
+// A node pod whose caller discards it (EndAtExit) has its command wrapped,
+// and has ended when its exit code is in /pav: a success is taken from there,
+// before the kubelet publishes the pod's end (here an hour later), and its
+// pod is discarded without waiting; a failure waits for the pod's status,
+// which says why.
+func TestWrappedNodePodEndsAtItsExitFile(t *testing.T) {
+	wrappedNode := func(c *podrunner.Config) { c.NodeName = "node-a"; c.Report = podrunner.ReportExec }
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "h-1"}}),
+		envOpts{cfg: wrappedNode, kubelet: fakekubelet.Options{StatusLag: time.Hour}})
+	hostDir := filepath.Join(t.TempDir(), "vol-5")
+	op := stagingOp("vol-5", "node-a", hostDir)
+	op.EndAtExit = true
+	if got := reportedBy(t, e.runner, op); got != podrunner.ReportExec {
+		t.Fatalf("the node pod is not wrapped (%s)", got)
+	}
+	uids := recordUID(&op)
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	res, err := e.runner.Run(ctx, op)
+	if err != nil || res.Running || res.Files["handle"] != "h-1" {
 		t.Fatalf("res %+v err %v", res, err)
 	}
-	e.remove(op)
+	p, err := e.getPod(op)
+	if err != nil || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("the pod's end was published (%v, %v): the exit file was not what ended the wait", podPhase(p), err)
+	}
+	op.UID = (*uids)[0]
+	if err := e.runner.Discard(e.ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := e.getPod(op); err != nil || p.DeletionTimestamp == nil {
+		t.Errorf("Discard: pod %v, err %v; want it being deleted", p, err)
+	}
+	e.remove(op) // waits until it is gone
+
+	e = newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "no backend"}}),
+		envOpts{cfg: wrappedNode, kubelet: fakekubelet.Options{StatusLag: 300 * time.Millisecond}})
+	bad := stagingOp("bad", "node-a", filepath.Join(t.TempDir(), "bad"))
+	bad.EndAtExit = true
+	start := time.Now()
+	_, err = e.runner.Run(e.ctx, bad)
+	f := mustFail(t, err)
+	if f.ExitCodes["main"] != 3 || f.ErrorFile != "no backend" || f.PodPhase != corev1.PodFailed {
+		t.Errorf("failure %+v", f)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Error("a failure was taken from the exit file, without the pod's status")
+	}
+	e.remove(bad)
 }
 
 func TestNodeModeRefusesOtherNodes(t *testing.T) {

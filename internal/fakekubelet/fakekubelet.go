@@ -121,6 +121,10 @@ type Options struct {
 	// DeletionDelay is how long a gracefully deleted pod stays Terminating
 	// once its containers have exited (phase Failed, exit code 143).
 	DeletionDelay time.Duration
+	// StatusLag is how long after a wrapped node pod's command wrote its exit
+	// code (/pav/.pav-exit) the pod's end is published: the real kubelet's
+	// relist, up to its 1 s period.
+	StatusLag time.Duration
 }
 
 var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
@@ -622,6 +626,21 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	if code != 0 {
 		phase = corev1.PodFailed
 	}
+	// A wrapped node command's pav-report writes its exit code in /pav as
+	// it ends; the kubelet publishes the end later.
+	if dir != "" && wrapsNodeCommand(pod) {
+		if err := report.WriteExit(filepath.Join(dir, report.FileExit), int(code)); err != nil {
+			k.mutate(st, func(p *corev1.Pod) { p.Status.Reason, p.Status.Message = "FakeKubeletError", err.Error() })
+		}
+		if k.opts.StatusLag > 0 {
+			if d, ok := wait(k.opts.StatusLag); !ok {
+				return
+			} else if d && !deleted {
+				// Deleted in between: the kubelet publishes the end it found.
+				deleted = true
+			}
+		}
+	}
 	// A wrapped command's pav-report writes the report as the container ends.
 	wrapped, isWrapped := podrunner.Wrapped(pod)
 	wrappedMsg := ""
@@ -694,6 +713,28 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 		return
 	}
 	pending() // a finished pod stays until it is deleted
+}
+
+// wrapsNodeCommand: pav-report wraps the pod's command and writes its exit
+// code to /pav/.pav-exit (a node pod: report.ExecNode).
+func wrapsNodeCommand(pod *corev1.Pod) bool {
+	name, ok := podrunner.Wrapped(pod)
+	if !ok {
+		return false
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name {
+			for _, a := range c.Command {
+				if strings.HasPrefix(a, "--exit-file=") {
+					return true
+				}
+				if a == "--" {
+					break
+				}
+			}
+		}
+	}
+	return false
 }
 
 // pavDir is the pod's /pav directory on the "host": its hostPath, or a
