@@ -1,15 +1,18 @@
 package nodeserver
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -65,6 +68,7 @@ func TestAPIRequestsPerOperation(t *testing.T) {
 		name        string
 		keepRunning bool
 		static      bool
+		wrapped     bool // the staging template states its command
 		stage       []string
 		unstage     []string
 	}{
@@ -72,6 +76,12 @@ func TestAPIRequestsPerOperation(t *testing.T) {
 			stage:   []string{"create pods", "get nodes", "get persistentvolumeclaims", "get persistentvolumes"},
 			unstage: []string{"create pods", "delete pods", "delete pods"}},
 		{name: "dynamic, staging pod completes",
+			stage:   []string{"create pods", "delete pods", "get nodes", "get persistentvolumeclaims", "get persistentvolumes"},
+			unstage: []string{"create pods", "delete pods"}},
+		// Its end is read from /pav/.pav-exit, and its pod discarded
+		// without waiting: it is gone long before the unstaging, which
+		// then asks nothing about it.
+		{name: "dynamic, wrapped staging pod completes", wrapped: true,
 			stage:   []string{"create pods", "delete pods", "get nodes", "get persistentvolumeclaims", "get persistentvolumes"},
 			unstage: []string{"create pods", "delete pods"}},
 		{name: "static, found through this node's pods", keepRunning: true, static: true,
@@ -83,6 +93,10 @@ func TestAPIRequestsPerOperation(t *testing.T) {
 			outcome := fakekubelet.Outcome{Kind: fakekubelet.Succeed}
 			if tc.keepRunning {
 				outcome = fakekubelet.Outcome{Kind: fakekubelet.Run, Ready: true}
+			}
+			spec := spec
+			if tc.wrapped {
+				spec = strings.Replace(spec, "{name: s, image: b}", "{name: s, image: b, command: [stage]}", 1)
 			}
 			e := newEnv(t, spec, map[v1alpha1.Phase]podAction{v1alpha1.PhaseStaging: {outcome: outcome, onStart: makeVolumeDir("x")}})
 			measure := func(handle string) (stage, unstage []string) {
@@ -106,6 +120,9 @@ func TestAPIRequestsPerOperation(t *testing.T) {
 				}); len(r) != 0 {
 					t.Errorf("NodeStage of a staged volume made requests %v", r)
 				}
+				if tc.wrapped {
+					e.waitStagingPodGone(handle)
+				}
 				unstage = e.requests(func() { e.unstage(req) })
 				return stage, unstage
 			}
@@ -123,6 +140,24 @@ func TestAPIRequestsPerOperation(t *testing.T) {
 				t.Fatalf("with 200 more nodes' pods, claims and volumes: stage %v, unstage %v; the cost grew with the cluster", bigStage, bigUnstage)
 			}
 		})
+	}
+}
+
+// waitStagingPodGone waits until the node plugin's informer no longer has
+// the discarded staging pod of handle, whose identity state.json keeps.
+func (e *env) waitStagingPodGone(handle string) {
+	e.t.Helper()
+	st, err := readState(e.srv.volumeDir(handle))
+	if err != nil || st == nil || st.StagingPod == nil || !st.StagingPod.Deleting {
+		e.t.Fatalf("state %+v (%v): want the completed staging pod recorded as being deleted", st, err)
+	}
+	id := st.StagingPod
+	err = wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		p, err := e.srv.Pods.Cached(id.Namespace, id.Name)
+		return err == nil && p == nil, nil
+	})
+	if err != nil {
+		e.t.Fatalf("the discarded staging pod %s is still there: %v", id, err)
 	}
 }
 

@@ -79,6 +79,8 @@ import (
 type PodRunner interface {
 	Run(ctx context.Context, op podrunner.Operation) (*podrunner.Result, error)
 	Delete(ctx context.Context, op podrunner.Operation) error
+	// Discard asks for the pod's deletion without waiting for it to go.
+	Discard(ctx context.Context, op podrunner.Operation) error
 	Namespace(op podrunner.Operation) string
 	// Cached is the runner's informer cache of this node's pav pods.
 	Cached(namespace, name string) (*corev1.Pod, error)
@@ -154,9 +156,36 @@ func (s *Server) removePod(ctx context.Context, dir string, st *staged, slot **p
 	if *slot == nil {
 		return nil
 	}
+	if id := *slot; id.Deleting && id.UID != "" {
+		// Discarded: the informer, which had it, is the judge of its end.
+		if p, err := s.Pods.Cached(id.Namespace, id.Name); err == nil && (p == nil || p.UID != id.UID) {
+			return s.dropPod(dir, st, slot)
+		}
+	}
 	if err := s.Pods.Delete(ctx, withID(op, *slot)); err != nil {
 		return fmt.Errorf("removing the %s pod %s: %w", op.Phase, *slot, err)
 	}
+	return s.dropPod(dir, st, slot)
+}
+
+// discardPod asks for the deletion of the pod recorded in *slot, whose
+// command has ended, without waiting for it to go: the kubelet may not even
+// have published its end yet, and then removes it on a graceful deletion's
+// round trip. Its identity stays recorded (Deleting) until removePod finds
+// it gone, so that no pod of its name is created before.
+func (s *Server) discardPod(ctx context.Context, dir string, st *staged, slot **podID, op podrunner.Operation) error {
+	if *slot == nil {
+		return nil
+	}
+	if err := s.Pods.Discard(ctx, withID(op, *slot)); err != nil {
+		return fmt.Errorf("removing the %s pod %s: %w", op.Phase, *slot, err)
+	}
+	(*slot).Deleting = true
+	return writeState(dir, st)
+}
+
+// dropPod forgets the pod recorded in *slot, which is gone.
+func (s *Server) dropPod(dir string, st *staged, slot **podID) error {
 	*slot = nil
 	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		return nil
@@ -510,6 +539,9 @@ func (s *Server) stage(ctx context.Context, p *v1alpha1.PavProvisioner, r stageR
 		return err
 	}
 	op := s.podOperation(p.Name, v1alpha1.PhaseStaging, r.handle, *cfg.PodTemplate)
+	// A completed staging pod is discarded, not waited for (below): its end
+	// may be taken from its command's exit code.
+	op.EndAtExit = true
 	// The state (with the staging pod's identity) goes down before the pod
 	// starts: kubelet calls NodeUnstageVolume for a staging whose outcome it
 	// does not know (a timed-out call), and that call must find the pod and
@@ -542,8 +574,11 @@ func (s *Server) stage(ctx context.Context, p *v1alpha1.PavProvisioner, r stageR
 	}
 	if !res.Running {
 		// A staging pod that completed has nothing more to do; NodeUnstage
-		// would remove it anyway, by the identity recorded.
-		if err := s.removePod(ctx, dir, st, &st.StagingPod, op); err != nil {
+		// would remove it anyway, by the identity recorded. Its command has
+		// ended, but its status may not say so yet (a wrapped command's exit
+		// code is seen before the kubelet's relist): the client pod need not
+		// wait for its removal.
+		if err := s.discardPod(ctx, dir, st, &st.StagingPod, op); err != nil {
 			logger.Error(err, "Could not remove the completed staging pod; unstaging will")
 		}
 	}

@@ -110,7 +110,10 @@ func newEnv(t testing.TB, spec string, actions map[v1alpha1.Phase]podAction) *en
 		}
 		return nil
 	}
-	e.kubelet = fakekubelet.New(e.client, behaviour, fakekubelet.Options{Node: node, Dir: filepath.Join(e.dir, "pods"), OnStart: onStart})
+	// A wrapped command's exit code comes before the kubelet publishes its
+	// pod's end, as on a real node (its relist).
+	e.kubelet = fakekubelet.New(e.client, behaviour, fakekubelet.Options{Node: node, Dir: filepath.Join(e.dir, "pods"), OnStart: onStart,
+		StatusLag: 20 * time.Millisecond})
 	if err := e.kubelet.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +141,8 @@ func (e *env) newServer(p *v1alpha1.PavProvisioner) *Server {
 	}
 	ctx, stop := context.WithCancel(e.ctx)
 	e.stop = stop
-	runner := podrunner.New(podrunner.Config{Client: kubetest.Wrap(e.client), Provisioner: p.Name, NodeName: node, ReportImage: "pav:test", PodTimeout: 20 * time.Second})
+	runner := podrunner.New(podrunner.Config{Client: kubetest.Wrap(e.client), Provisioner: p.Name, NodeName: node, ReportImage: "pav:test",
+		Report: podrunner.ReportExec, PodTimeout: 20 * time.Second})
 	srv := &Server{NodeID: node, StateDir: filepath.Join(e.dir, "state"), Source: provisioner.Static{P: p},
 		Eval: phase.NewEvaluator(nil), Pods: runner, Client: kubetest.Wrap(e.client), Recorder: e.events}
 	srv.WatchStagingPods(runner)

@@ -92,6 +92,9 @@ type podID struct {
 	Name      string    `json:"name,omitempty"`
 	Token     string    `json:"token"`
 	UID       types.UID `json:"uid,omitempty"`
+	// Deleting: its deletion was asked for without waiting (a completed
+	// staging pod, Discard); it is gone once the informer no longer has it.
+	Deleting bool `json:"deleting,omitempty"`
 }
 
 func (id *podID) String() string { return id.Namespace + "/" + id.Name }

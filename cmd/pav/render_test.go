@@ -70,7 +70,8 @@ func (r *recorder) Run(_ context.Context, op podrunner.Operation) (*podrunner.Re
 	return &podrunner.Result{Files: map[string]string{}}, nil
 }
 
-func (r *recorder) Delete(context.Context, podrunner.Operation) error { return nil }
+func (r *recorder) Delete(context.Context, podrunner.Operation) error  { return nil }
+func (r *recorder) Discard(context.Context, podrunner.Operation) error { return nil }
 
 func (r *recorder) Namespace(op podrunner.Operation) string { return op.Namespace("") }
 
