@@ -83,7 +83,7 @@ func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.StringVar(&in.capacity, "capacity", "", "volume capacity (deletion, staging; default: the PV's)")
 	fs.BoolVar(&in.readOnly, "read-only", false, "staging: stage read-only")
 	fs.StringVar(&in.reportImage, "report-image", "ghcr.io/pods-as-volumes/pav:latest", "image of pav-report (the pav image) in the printed pod")
-	fs.StringVar(&in.podReport, "pod-report", string(podrunner.ReportExec), "how the printed controller-side pod reports: exec (the driver's choice on Kubernetes 1.35+) or sidecar")
+	fs.StringVar(&in.podReport, "pod-report", string(podrunner.ReportExec), "how the printed pod reports: exec (pav-report wraps the command of a pod with one container; the driver's choice on Kubernetes 1.35+, and node plugins' always) or sidecar")
 	fs.StringVar(&in.stateDir, "state-dir", "", "staging, unstaging: the node plugin's --state-dir (default /var/lib/kubelet/plugins/NAME/volumes)")
 	fs.StringVar(&in.podNamespace, "pod-namespace", podrunner.DefaultNamespace, "the driver's --pod-namespace: where pods whose template names no namespace go")
 	fs.Var(in.params, "param", "a parameter key=value (StorageClass parameters or PV volumeAttributes); repeatable, wins over --sc/--pv")

@@ -63,8 +63,8 @@ type Options struct {
 	PodTimeout      time.Duration
 	HTTPEndpoint    string // "" = none
 	ReportImage     string // "" = this pod's own pav image
-	// PodReport is how controller-side pods report (--pod-report): auto,
-	// exec or sidecar (podrunner.ReportMode).
+	// PodReport is how pods report (--pod-report): auto, exec or sidecar
+	// (podrunner.ReportMode).
 	PodReport string
 	StateDir  string // node: per-volume directories; "" = /var/lib/kubelet/plugins/<name>/volumes
 	// PodNamespace is where pods whose template names no namespace go; "" =
@@ -110,13 +110,19 @@ const PodReportAuto = "auto"
 // feature gate on by default.
 var imageVolumesByDefault = version.MajorMinor(1, 35)
 
-// podReport resolves --pod-report. Only controller-side pods report through
-// the API, so node plugins (one per node) do not ask the API server's version.
+// podReport resolves --pod-report. Node plugins (one per node) do not ask
+// the API server's version: their pods report nothing through the API, so
+// their wrapper (the exit code in /pav) is only a speed-up, and an API server
+// without image volumes refuses the first pod, which the runner then builds
+// without the wrapper, with no more requests than that one.
 func podReport(ctx context.Context, o Options, client kube.Interface) podrunner.ReportMode {
 	if o.PodReport != PodReportAuto && o.PodReport != "" {
 		return podrunner.ReportMode(o.PodReport)
 	}
-	if o.Mode == ModeNode || client == nil {
+	if o.Mode == ModeNode {
+		return podrunner.ReportExec
+	}
+	if client == nil {
 		return podrunner.ReportSidecar
 	}
 	info, err := client.ServerVersion(ctx)
@@ -411,7 +417,7 @@ func Run(ctx context.Context, o Options) error {
 	recorder := broadcaster.NewRecorder(kube.Scheme, corev1.EventSource{Component: "pav-" + name, Host: o.NodeID})
 	d.Recorder = recorder
 	report := podReport(ctx, o, d.Client)
-	klog.InfoS("Controller-side pods report their /pav files", "by", report, "podReport", o.PodReport)
+	klog.InfoS("Pods report", "by", report, "podReport", o.PodReport)
 	d.Runner = podrunner.New(podrunner.Config{Client: d.Client, Provisioner: name, NodeName: runnerNode,
 		ReportImage: o.ReportImage, Report: report, PodTimeout: o.PodTimeout, DefaultNamespace: o.PodNamespace, Recorder: recorder})
 

@@ -230,7 +230,8 @@ func TestPodReport(t *testing.T) {
 		{"auto, a vendor's 1.36", "auto", ModeAll, "v1.36.3-eks-4a2b", false, podrunner.ReportExec},
 		{"auto, 1.34", "auto", ModeController, "v1.34.9", false, podrunner.ReportSidecar},
 		{"auto, version unreadable", "auto", ModeController, "", true, podrunner.ReportSidecar},
-		{"auto, node plugin: no request", "auto", ModeNode, "v1.36.3", false, podrunner.ReportSidecar},
+		{"auto, node plugin: no request", "auto", ModeNode, "v1.36.3", false, podrunner.ReportExec},
+		{"sidecar asked, node plugin", "sidecar", ModeNode, "v1.36.3", false, podrunner.ReportSidecar},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -26,8 +26,8 @@ func Main(ctx context.Context, name string, args []string, stderr io.Writer, ver
 	fs.DurationVar(&o.PodTimeout, "pod-timeout", 10*time.Minute, "fail an operation whose pod runs longer than this, counted from the pod's creation (0: no limit)")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address for /livez, /readyz and /metrics, e.g. :8080 (default: none)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "where pods whose template names no namespace go (default: this pod's namespace, $POD_NAMESPACE, else pav)")
-	fs.StringVar(&o.ReportImage, "report-image", "", "image of pav-report, which reports the /pav files of controller-side pods (default: this pod's own pav image)")
-	fs.StringVar(&o.PodReport, "pod-report", PodReportAuto, "how controller-side pods report their /pav files: exec (pav-report, from an image volume of the report image, runs the command of a pod that has one container), sidecar (a native sidecar in every pod), or auto (exec on Kubernetes 1.35 and later)")
+	fs.StringVar(&o.ReportImage, "report-image", "", "image of pav-report, which reports the /pav files of controller-side pods and the end of node pods (default: this pod's own pav image)")
+	fs.StringVar(&o.PodReport, "pod-report", PodReportAuto, "how pods report: exec (pav-report, from an image volume of the report image, runs the command of a pod that has one container: it reports a controller-side pod's /pav files, and a node pod's exit code at once), sidecar (a native sidecar in every controller-side pod; node pods unwrapped), or auto (node plugins: exec; others: exec on Kubernetes 1.35 and later)")
 	fs.StringVar(&o.StateDir, "state-dir", "", "node: host directory for per-volume state (default /var/lib/kubelet/plugins/NAME/volumes)")
 	o.Rate = kubeconfig.DefaultRate
 	o.Rate.AddFlags(fs)

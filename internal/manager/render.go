@@ -140,8 +140,7 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		if c.driver && s.PodTimeout != nil {
 			ct.Args = setArg(ct.Args, "--pod-timeout", s.PodTimeout.Duration.String())
 		}
-		// Only controller-side pods report through the API.
-		if c.driver && s.PodReport != "" && c.spec == ctrl {
+		if c.driver && s.PodReport != "" {
 			ct.Args = setArg(ct.Args, "--pod-report", s.PodReport)
 		}
 		// The registrar alone makes no API request (and has no such flag).

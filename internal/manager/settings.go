@@ -25,8 +25,8 @@ type Settings struct {
 	LogLevel *int `json:"logLevel,omitempty"`
 	// PodTimeout is the drivers' --pod-timeout.
 	PodTimeout *PodTimeout `json:"podTimeout,omitempty"`
-	// PodReport is the controller plugins' --pod-report: how controller-side
-	// pods report their /pav files (auto, exec, sidecar).
+	// PodReport is the drivers' --pod-report: how pods report (auto, exec,
+	// sidecar).
 	PodReport string `json:"podReport,omitempty"`
 	// KubeAPI is the API client rate of the drivers and of the sidecars that
 	// talk to the API server (their --kube-api-qps and --kube-api-burst), each

@@ -96,9 +96,9 @@ func TestRenderAppliesSettings(t *testing.T) {
 				}
 			}
 		}},
-		{"pod report for the controller plugin only", Settings{PodReport: "sidecar"}, func(t *testing.T, o *Objects) {
+		{"pod report for both plugins", Settings{PodReport: "sidecar"}, func(t *testing.T, o *Objects) {
 			for name, c := range containers(o) {
-				if has := slices.Contains(c.Args, "--pod-report=sidecar"); has != (name == "controller/pav") {
+				if has := slices.Contains(c.Args, "--pod-report=sidecar"); has != (name == "controller/pav" || name == "node/pav") {
 					t.Errorf("%s args %v", name, c.Args)
 				}
 			}
