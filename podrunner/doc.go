@@ -55,7 +55,10 @@
 // /pav in the node plugin's own directory: it reads the files itself once the
 // pod has finished, and watches for /pav/ready with inotify, so these pods get
 // no sidecar (hostdir.go says what that saves, and how the files are read
-// safely).
+// safely). A pod its caller discards once it ends (Operation.EndAtExit:
+// staging) has its command wrapped by pav-report, which writes the command's
+// exit code to /pav/.pav-exit as it ends: a success is seen through inotify,
+// before the kubelet publishes the pod's end.
 //
 // Controller-side pods may run on any node, so their /pav is an emptyDir the
 // driver cannot read: pav-report (cmd/pav-report) carries its files out as a
@@ -109,7 +112,11 @@
 // informer has seen the pod gone. So a driver that dies between a pod's end
 // and the record finds the finished pod again and reads its result, instead
 // of running the phase twice. If the caller's context ends before an outcome,
-// the pod is left alone, for the retry to adopt.
+// the pod is left alone, for the retry to adopt. Discard is Delete without the
+// wait, for a pod whose command has ended but whose end the kubelet may not
+// have published yet (deleting it then takes the kubelet a graceful
+// deletion's round trip): the caller keeps its identity until the informer no
+// longer has it.
 //
 // # Metrics and logs
 //

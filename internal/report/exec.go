@@ -55,9 +55,8 @@ func Exec(argv []string, dir, terminationLog string, maxBytes int) int {
 	return code
 }
 
-// ExecNode is Exec for a node pod (staging, unstaging, node expansion), whose
-// /pav is a directory of the node plugin's, which reads its files itself: no
-// report is written. Once the command has ended (and, as PID 1, what it left
+// ExecNode is Exec for a node pod (a staging pod), whose /pav is a directory
+// of the node plugin's, which reads its files itself: no report is written. Once the command has ended (and, as PID 1, what it left
 // running is killed), its exit code goes to exitFile (/pav/.pav-exit), where
 // the node plugin's inotify watch sees it at once; the pod's own status would
 // reach the node plugin only after the kubelet's next relist (up to its 1 s
