@@ -716,22 +716,15 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 }
 
 // wrapsNodeCommand: pav-report wraps the pod's command and writes its exit
-// code to /pav/.pav-exit (a node pod: report.ExecNode).
+// code to /pav/.pav-exit (report.ExecNode): what BuildPod does for a wrapped
+// pod whose /pav is a host directory.
 func wrapsNodeCommand(pod *corev1.Pod) bool {
-	name, ok := podrunner.Wrapped(pod)
-	if !ok {
+	if _, ok := podrunner.Wrapped(pod); !ok {
 		return false
 	}
-	for _, c := range pod.Spec.Containers {
-		if c.Name == name {
-			for _, a := range c.Command {
-				if strings.HasPrefix(a, "--exit-file=") {
-					return true
-				}
-				if a == "--" {
-					break
-				}
-			}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == podrunner.VolumeName {
+			return v.HostPath != nil
 		}
 	}
 	return false
