@@ -453,10 +453,11 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 		return nil, err
 	}
 	defer pw.close()
-	if _, wrapped := Wrapped(pod); op.HostPath != "" && (op.KeepRunning || wrapped && op.EndAtExit) {
-		// Readiness, and a wrapped command's end, are files on this node,
-		// not a pod status: watch them before the first look at the pod, so
-		// that their creation cannot be missed.
+	if _, wrapped := Wrapped(pod); op.HostPath != "" && (op.KeepRunning || wrapped) {
+		// Readiness, and a wrapped command's end (BuildPod wraps a node pod
+		// only for EndAtExit), are files on this node, not a pod status:
+		// watch them before the first look at the pod, so that their
+		// creation cannot be missed.
 		defer watchHostDir(ctx, op.HostPath, pw.poke)()
 	}
 
