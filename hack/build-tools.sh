@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # hack/build-tools.sh — build the local cluster's binaries from the Go module proxy.
 #
-# Usage: hack/build-tools.sh [--force]          (make tools)
+# Usage: hack/build-tools.sh [--force] [GROUP...]          (make tools)
+#
+# GROUPs: kubernetes csi snapshotter containerd etcd rclone kwok e2e; without any, every
+# group but e2e (what the local cluster, make e2e and the benchmarks use). e2e is built only
+# for make conformance: it is the largest build here.
 #
 # Builds into _output/bin/ (or $PAV_BIN_DIR):
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
@@ -17,6 +21,9 @@
 #                                  (hack/tools/rclone: local and S3 backends, serve s3, mount)
 #   kwok                           kwok v0.8.0, the controller that simulates nodes and pods
 #                                  (hack/tools/kwok; test/scale, make bench-scale)
+#   e2e.test ginkgo agnhost        k8s.io/kubernetes v1.36.3's end-to-end suite (go test -c
+#                                  k8s.io/kubernetes/test/e2e), the ginkgo v2 CLI, and the
+#                                  program of the suite's agnhost image (hack/tools/e2e)
 # All are static (CGO_ENABLED=0). Idempotent: a group is rebuilt only when one of its
 # binaries is missing or its stamp (hash of go.mod, go.sum, Go version and flags) changed;
 # --force (or FORCE=1) rebuilds everything. Builds run one after another under `nice -n 10`.
@@ -29,7 +36,17 @@ BIN="${PAV_BIN_DIR:-$ROOT/_output/bin}"
 STAMPS="$BIN/.stamps"
 TOOLS="$ROOT/hack/tools"
 FORCE="${FORCE:-0}"
-[ "${1:-}" = "--force" ] && FORCE=1
+ALL_GROUPS=(kubernetes csi snapshotter containerd etcd rclone kwok e2e)
+groups=()
+for a in "$@"; do
+  case "$a" in
+    --force) FORCE=1 ;;
+    *) [[ " ${ALL_GROUPS[*]} " == *" $a "* ]] || { echo "build-tools: unknown group $a (known: ${ALL_GROUPS[*]})" >&2; exit 2; }
+       groups+=("$a") ;;
+  esac
+done
+[ "${#groups[@]}" -gt 0 ] || groups=(kubernetes csi snapshotter containerd etcd rclone kwok)
+wanted() { [[ " ${groups[*]} " == *" $1 "* ]]; }
 mkdir -p "$BIN" "$STAMPS"
 
 export CGO_ENABLED=0
@@ -42,9 +59,11 @@ ETCD_VERSION=v3.6.8
 
 log() { echo "build-tools: $*" >&2; }
 
-# build GROUP MODULE_DIR "LDFLAGS" "TAGS" PKG=BINARY...
+# build GROUP MODULE_DIR "LDFLAGS" "TAGS" PKG=BINARY...: go build each PKG, or with
+# PKG@test, go test -c it (a test binary: e2e.test).
 build() {
   local group="$1" dir="$2" ldflags="$3" tags="$4"; shift 4
+  wanted "$group" || return 0
   local stamp want missing=0 spec
   want="$( { cat "$dir/go.mod" "$dir/go.sum"; go version; echo "$ldflags|$tags|$GOFLAGS|$*"; } | sha256sum | cut -d' ' -f1)"
   for spec in "$@"; do [ -x "$BIN/${spec#*=}" ] || missing=1; done
@@ -57,7 +76,11 @@ build() {
   for spec in "$@"; do
     local pkg="${spec%%=*}" out="${spec#*=}"
     log "$group: building $out ($pkg)"
-    (cd "$dir" && "${NICE[@]}" go build -tags "$tags" -ldflags "$ldflags" -o "$BIN/$out.tmp" "$pkg")
+    if [[ "$pkg" == *@test ]]; then
+      (cd "$dir" && "${NICE[@]}" go test -c -tags "$tags" -ldflags "$ldflags" -o "$BIN/$out.tmp" "${pkg%@test}")
+    else
+      (cd "$dir" && "${NICE[@]}" go build -tags "$tags" -ldflags "$ldflags" -o "$BIN/$out.tmp" "$pkg")
+    fi
     mv -f "$BIN/$out.tmp" "$BIN/$out"
   done
   echo "$want" > "$STAMPS/$group"
@@ -104,5 +127,12 @@ build rclone "$TOOLS/rclone" "-s -w -X github.com/rclone/rclone/fs.VersionSuffix
 
 build kwok "$TOOLS/kwok" "-s -w" "" \
   sigs.k8s.io/kwok/cmd/kwok=kwok
+
+# e2e.test reports the version it was built from (its -version flag, and the suite checks
+# some specs against the server's version), as the cluster's binaries do.
+build e2e "$TOOLS/e2e" "$K8S_LDFLAGS" "" \
+  k8s.io/kubernetes/test/e2e@test=e2e.test \
+  github.com/onsi/ginkgo/v2/ginkgo=ginkgo \
+  k8s.io/kubernetes/test/images/agnhost=agnhost
 
 log "binaries in $BIN"
