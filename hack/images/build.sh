@@ -4,7 +4,9 @@
 # Usage: hack/images/build.sh [--import] [IMAGE...]        (make images)
 #   IMAGE is any of: pause busybox csi-provisioner csi-snapshotter snapshot-controller
 #                    pav registrar resizer
-#                    loop-block encryption encrypted-fs object-bucket (default: all)
+#                    loop-block encryption encrypted-fs object-bucket (default: all these)
+#                    e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing (make conformance;
+#                    never by default)
 #   --import   also load them into the local cluster's containerd
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
 #
@@ -32,6 +34,19 @@
 #   pav.local/encrypted-fs:dev     Debian gocryptfs fuse3 util-linux
 #   pav.local/object-bucket:dev    Debian fuse3 + /usr/local/bin/rclone (hack/tools/rclone, built
 #                                  by hack/build-tools.sh)
+# Kubernetes' end-to-end suite's images, under the registry test/conformance/repo-list.yaml
+# gives the suite (KUBE_TEST_REPO_LIST: promoterE2eRegistry), with the suite's tags:
+#   pav.local/e2e-test-images/agnhost:2.63.0
+#                                  /agnhost (k8s.io/kubernetes/test/images/agnhost, built by
+#                                  hack/build-tools.sh e2e; entrypoint /agnhost pause, as
+#                                  upstream's) over busybox for the shell the specs exec
+#   pav.local/e2e-test-images/busybox:1.37.0-1
+#                                  busybox, as pav.local/busybox:dev
+#   pav.local/e2e-test-images/nginx:1.15-4, pav.local/e2e-test-images/glibc-dns-testing:2.0.0
+#                                  busybox under the names of the images that the storage
+#                                  specs run a shell command in (exec, multi-pod volumes): a
+#                                  stand-in, not nginx or glibc; its default command serves
+#                                  HTTP on port 80 (busybox httpd) or sleeps
 # Such an image is a merged-/usr tree (/bin, /sbin, /lib, /lib64 link into /usr, as in
 # debian:bookworm) with Debian's dash as /bin/sh (Debian's busybox shell runs its own applets
 # before PATH), busybox applets for the small tools, and the Depends/Pre-Depends
@@ -63,6 +78,10 @@ declare -A REF=(
   [encryption]=pav.local/encryption:dev
   [encrypted-fs]=pav.local/encrypted-fs:dev
   [object-bucket]=pav.local/object-bucket:dev
+  [e2e-agnhost]=pav.local/e2e-test-images/agnhost:2.63.0
+  [e2e-busybox]=pav.local/e2e-test-images/busybox:1.37.0-1
+  [e2e-nginx]=pav.local/e2e-test-images/nginx:1.15-4
+  [e2e-glibc-dns-testing]=pav.local/e2e-test-images/glibc-dns-testing:2.0.0
 )
 ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav registrar resizer loop-block encryption encrypted-fs object-bucket)
 
@@ -89,7 +108,7 @@ images=()
 for a in "$@"; do
   case "$a" in
     --import) do_import=1 ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,59p' "$0"; exit 0 ;;
     *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]})" >&2; exit 2; }
        images+=("$a") ;;
   esac
@@ -281,6 +300,21 @@ build_one() {
       gobuild "$BIN/pav-report" ./cmd/pav-report
       mkdir -p "$r/usr/local/bin"; cp "$BIN/pav" "$BIN/pav-driver" "$BIN/pav-report" "$r/usr/local/bin/"
       write_image pav "${REF[pav]}" "$r" '["/usr/local/bin/pav"]' 'null' ;;
+    e2e-agnhost)
+      [ -x "$BIN/agnhost" ] || { echo "$BIN/agnhost missing: run hack/build-tools.sh e2e" >&2; exit 1; }
+      rootfs_busybox "$r"
+      cp "$BIN/agnhost" "$r/agnhost"; ln -s agnhost "$r/agnhost-2"
+      write_image "$name" "${REF[$name]}" "$r" '["/agnhost"]' '["pause"]' ;;
+    e2e-busybox)
+      rootfs_busybox "$r"
+      write_image "$name" "${REF[$name]}" "$r" 'null' '["sh"]' ;;
+    e2e-nginx)
+      rootfs_busybox "$r"
+      mkdir -p "$r/usr/share/nginx/html"
+      write_image "$name" "${REF[$name]}" "$r" 'null' '["httpd","-f","-p","80","-h","/usr/share/nginx/html"]' ;;
+    e2e-glibc-dns-testing)
+      rootfs_busybox "$r"
+      write_image "$name" "${REF[$name]}" "$r" 'null' '["sleep","2147483647"]' ;;
     registrar)
       gobuild "$BIN/registrar" ./test/registrar
       cp "$BIN/registrar" "$r/csi-node-driver-registrar"

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# hack/conformance.sh — run Kubernetes' own External Storage e2e tests against pav's
+# provisioners on the local cluster (make conformance; make e2e runs a smoke subset).
+#
+# Usage: hack/conformance.sh [DRIVER...]     (default: every test/conformance/*/testdriver.yaml)
+#
+# Needs the cluster up with pav and the provisioners deployed (make e2e-setup). Builds what
+# only this needs, once: e2e.test, ginkgo and agnhost (hack/build-tools.sh e2e), and the
+# suite's images (hack/images/build.sh --import e2e-*), which test/conformance/repo-list.yaml
+# names through KUBE_TEST_REPO_LIST. Then one ginkgo run over every driver's specs
+# ("External Storage [Driver: NAME]"), in parallel, writes to _output/conformance/:
+#   report.json, junit.xml   Ginkgo's reports (every spec, with its failure or skip message)
+#   e2e.log                  the suite's output
+#   summary.md               per driver: passed/failed/skipped, every failure, every skip
+#                            grouped by why (test/conformance/summary)
+# and prints one line per driver and a last line `conformance: N passed, N failed, N skipped`.
+# Exits non-zero when a spec failed.
+#
+# Settings (environment):
+#   CONFORMANCE_FOCUS   a regular expression the specs must also match (the smoke subset)
+#   CONFORMANCE_SKIP    specs left out; default: [Disruptive] (they restart the kubelet and
+#                       kill the node's processes: make e2e's fault tests do that to pav) and
+#                       features this cluster lacks: [Feature:Windows] (no Windows nodes),
+#                       [Feature:SELinux] (the kernel runs no SELinux)
+#   CONFORMANCE_PROCS   parallel ginkgo processes (default 4: the specs mostly wait on pods)
+#   CONFORMANCE_TIMEOUT the whole run's limit (default 3h)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${PAV_BIN_DIR:-$ROOT/_output/bin}"
+CLUSTER_DIR="${PAV_CLUSTER_DIR:-$ROOT/_output/cluster}"
+OUT="${CONFORMANCE_OUT:-$ROOT/_output/conformance}"
+KUBECONFIG="${KUBECONFIG:-$CLUSTER_DIR/kubeconfig}"
+FOCUS="${CONFORMANCE_FOCUS:-}"
+SKIP="${CONFORMANCE_SKIP:-\[Disruptive\]|\[Feature:Windows\]|\[Feature:SELinux\]}"
+PROCS="${CONFORMANCE_PROCS:-4}"
+TIMEOUT="${CONFORMANCE_TIMEOUT:-3h}"
+export KUBECONFIG
+
+log() { echo "conformance: $*" >&2; }
+k() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG" "$@"; }
+
+drivers=("$@")
+if [ "${#drivers[@]}" -eq 0 ]; then
+  for f in "$ROOT"/test/conformance/*/testdriver.yaml; do
+    d="${f%/testdriver.yaml}"; drivers+=("${d##*/}")
+  done
+fi
+
+[ -f "$KUBECONFIG" ] || { log "no cluster ($KUBECONFIG): run make e2e-setup first"; exit 1; }
+
+start=$SECONDS
+"$ROOT/hack/build-tools.sh" e2e
+"$ROOT/hack/images/build.sh" --import e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing
+log "tools and images ready in $((SECONDS - start)) s"
+
+# What a driver needs besides its PavProvisioner (a store, a pool…): setup.sh before the run,
+# teardown.sh after it, whatever happens, so that nothing holds a provisioner afterwards.
+torn=()
+teardown() {
+  local d
+  for d in "${torn[@]}"; do
+    log "$d: test/conformance/$d/teardown.sh"
+    KUBECTL="$BIN/kubectl" "$ROOT/test/conformance/$d/teardown.sh" || log "$d: teardown failed"
+  done
+}
+trap teardown EXIT
+
+args=() names=()
+for d in "${drivers[@]}"; do
+  f="test/conformance/$d/testdriver.yaml"
+  [ -f "$ROOT/$f" ] || { log "no testdriver $f"; exit 2; }
+  k get pav "$d" >/dev/null || { log "PavProvisioner $d is not deployed: run make e2e-setup"; exit 1; }
+  [ ! -x "$ROOT/test/conformance/$d/teardown.sh" ] || torn=("$d" "${torn[@]}")
+  if [ -x "$ROOT/test/conformance/$d/setup.sh" ]; then
+    log "$d: test/conformance/$d/setup.sh"
+    KUBECTL="$BIN/kubectl" "$ROOT/test/conformance/$d/setup.sh"
+  fi
+  args+=("-storage.testdriver=$f")
+  names+=("$d")
+done
+focus="External.Storage.*\[Driver: ($(IFS='|'; echo "${names[*]}"))\]"
+[ -z "$FOCUS" ] || focus="$focus.*($FOCUS)"
+
+rm -rf "$OUT"; mkdir -p "$OUT"
+log "drivers ${names[*]}: $PROCS processes, focus '$focus', skip '$SKIP'; output in ${OUT#"$ROOT"/}"
+run_start=$SECONDS
+rc=0
+(cd "$ROOT" && KUBE_TEST_REPO_LIST="$ROOT/test/conformance/repo-list.yaml" \
+  "$BIN/ginkgo" --procs="$PROCS" --timeout="$TIMEOUT" --no-color --silence-skips \
+    --focus="$focus" --skip="$SKIP" \
+    --output-dir="$OUT" --json-report=report.json --junit-report=junit.xml \
+    "$BIN/e2e.test" -- \
+    -kubeconfig="$KUBECONFIG" -repo-root="$ROOT" -report-dir="$OUT" \
+    -allowed-not-ready-nodes=0 "${args[@]}") > "$OUT/e2e.log" 2>&1 || rc=$?
+log "suite ran in $((SECONDS - run_start)) s (exit $rc); its output: ${OUT#"$ROOT"/}/e2e.log"
+
+pairs=()
+for d in "${names[@]}"; do pairs+=("$d=$OUT/report.json"); done
+if [ ! -s "$OUT/report.json" ]; then
+  tail -n 40 "$OUT/e2e.log" >&2
+  log "no report written: the suite did not run"
+  exit 1
+fi
+(cd "$ROOT" && go run ./test/conformance/summary -o "$OUT/summary.md" "${pairs[@]}") || rc=1
+log "summary: ${OUT#"$ROOT"/}/summary.md; whole run $((SECONDS - start)) s"
+exit "$rc"

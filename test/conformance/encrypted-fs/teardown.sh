@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# After the encrypted-fs testdriver ran (hack/conformance.sh): the pool setup.sh made. The
+# suite has deleted its encrypted volumes by then (their deletion pods need the underlying
+# claim); deleting the namespace deletes the underlying claim, and loop-block its volume.
+set -euo pipefail
+k() { "${KUBECTL:-kubectl}" "$@"; }
+k delete --ignore-not-found --wait --timeout=180s namespace pav-conformance-encrypted-fs >/dev/null
+k delete --ignore-not-found storageclass pav-conformance-encrypted-fs-underlying >/dev/null

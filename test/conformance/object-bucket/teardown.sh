@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# After the object-bucket testdriver ran (hack/conformance.sh): the StorageClass and the
+# store that setup.sh made (the suite has deleted its buckets' volumes by then).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+k() { "${KUBECTL:-kubectl}" "$@"; }
+k delete --ignore-not-found storageclass pav-conformance-object-bucket >/dev/null
+k delete --ignore-not-found --wait --timeout=180s -f "$ROOT/examples/object-bucket/store.yaml" >/dev/null
