@@ -3,9 +3,10 @@
 // or an API group it does not use. Their package initialisation registers
 // every API group's types (k8s.io/client-go/kubernetes/scheme) when the program
 // starts, whichever command runs: that kept 10-15 MiB resident in each pav
-// process (see internal/kube). A new import that brings one back fails the
-// program's test, naming the package, instead of only the benchmark's memory
-// figures.
+// driver (see internal/kube), which runs once per node and provisioner. A new
+// import that brings one back fails the program's test, naming the package,
+// instead of only the benchmark's memory figures. The manager (cmd/pav), one
+// per cluster, links the clientset for client-go's leader election.
 package linkcheck
 
 import (

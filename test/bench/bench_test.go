@@ -57,6 +57,11 @@ const (
 	targetAtOnce    = 1.15 // N PVCs Bound at once vs N bare pods, and their deletion
 	targetIdleRSS   = 40 * mib
 	targetLoadedRSS = 80 * mib
+
+	// targetIdleRSS is a driver's, one per node and provisioner. The
+	// manager, one per cluster, links client-go's clientset for its leader
+	// election (csi-lib-utils'): issue 25 set its target to 64 MiB.
+	targetManagerIdleRSS = 64 * mib
 )
 
 var client kubernetes.Interface
@@ -184,7 +189,7 @@ func TestBench(t *testing.T) {
 				return "PASS"
 			}
 			tab.add(row{"(e) RSS idle: " + p.name, fmt.Sprintf("%.1f MiB (anon %.1f, file %.1f; PSS %.1f)", float64(p.idle)/mib, float64(p.idleAnon)/mib, float64(p.idleFile)/mib, float64(p.idlePSS)/mib),
-				"", "", fmt.Sprintf("≤ %d MiB", targetIdleRSS/mib), verdict(p.idle, targetIdleRSS)})
+				"", "", fmt.Sprintf("≤ %d MiB", p.idleTarget/mib), verdict(p.idle, p.idleTarget)})
 			tab.add(row{fmt.Sprintf("(e) RSS peak during the N-at-once cases (N=%v): %s", ns, p.name), fmt.Sprintf("%.1f MiB", float64(p.peak.Max())/mib), "", "",
 				fmt.Sprintf("≤ %d MiB", targetLoadedRSS/mib), verdict(p.peak.Max(), targetLoadedRSS)})
 			tab.add(row{"(e) VmHWM since start: " + p.name, fmt.Sprintf("%.1f MiB", float64(hwm)/mib), "", "", "—", "info"})

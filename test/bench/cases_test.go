@@ -237,9 +237,11 @@ func atOnce(t *testing.T, ctx context.Context, tab *table, sc string, n, clients
 // proc is a pav process on this node, found by its command line.
 type proc struct {
 	name, pattern string
-	pid           int
-	idle          int64
-	peak          procstat.Peak
+	// idleTarget is the target for its idle RSS.
+	idleTarget int64
+	pid        int
+	idle       int64
+	peak       procstat.Peak
 	// idleAnon and idleFile split idle into anonymous and file-backed pages;
 	// idlePSS is its proportional set size (shared pages divided).
 	idleAnon, idleFile, idlePSS int64
@@ -248,9 +250,9 @@ type proc struct {
 func findProcs(t *testing.T) []*proc {
 	var out []*proc
 	for _, p := range []*proc{
-		{name: "controller plugin (pav-e2e)", pattern: "pav-driver --mode=controller --provisioner=" + driver + "( |$)"},
-		{name: "node plugin (pav-e2e)", pattern: "pav-driver --mode=node --provisioner=" + driver + "( |$)"},
-		{name: "manager", pattern: "pav manager( |$)"},
+		{name: "controller plugin (pav-e2e)", pattern: "pav-driver --mode=controller --provisioner=" + driver + "( |$)", idleTarget: targetIdleRSS},
+		{name: "node plugin (pav-e2e)", pattern: "pav-driver --mode=node --provisioner=" + driver + "( |$)", idleTarget: targetIdleRSS},
+		{name: "manager", pattern: "pav manager( |$)", idleTarget: targetManagerIdleRSS},
 	} {
 		b, err := exec.Command("pgrep", "-o", "-f", p.pattern).Output()
 		if err != nil {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/kube/managerapi"
-	"github.com/pods-as-volumes/pav/internal/lease"
 )
 
 // Wrap is c as a kube.Interface; nil stays nil ("no Kubernetes" to the
@@ -82,5 +81,3 @@ func (c managerClientset) StatefulSets(ns string) managerapi.Applied[*appsv1.Sta
 func (c managerClientset) DaemonSets(ns string) managerapi.Applied[*appsv1.DaemonSet, *appsv1.DaemonSetList] {
 	return c.c.AppsV1().DaemonSets(ns)
 }
-
-func (c managerClientset) Leases(ns string) lease.Client { return c.c.CoordinationV1().Leases(ns) }

@@ -1,20 +1,21 @@
 // Package managerapi is the part of the Kubernetes API that pav-manager uses
 // besides package kube's: the objects it applies (CSIDrivers, StatefulSets,
-// DaemonSets) and its leader election Lease, on client-go's generic typed
-// client with a scheme of apps/v1, storage/v1 and coordination/v1 only.
+// DaemonSets), on client-go's generic typed client with a scheme of apps/v1
+// and storage/v1 only.
 //
-// Why not client-go's clientset, apply configurations and leader election:
-// each of them imports k8s.io/client-go/kubernetes/scheme, which registers
-// every API group's types when the program starts (see package kube); that
-// held some 10 MiB of the manager's RSS. The driver's binary does not import
-// this package, so that it holds no API group it does not use.
+// It was written to keep the manager off client-go's clientset, whose import
+// of k8s.io/client-go/kubernetes/scheme registers every API group's types when
+// the program starts (see package kube), some 10 MiB of RSS. The manager's
+// leader election is now client-go's (through csi-lib-utils), which takes the
+// clientset, so the manager links it again (its RSS target is 64 MiB, the
+// drivers' 40); this package stays the manager's view of what it applies. The
+// driver's binary does not import this package.
 package managerapi
 
 import (
 	"context"
 
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,7 +26,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/pods-as-volumes/pav/internal/kube"
-	"github.com/pods-as-volumes/pav/internal/lease"
 )
 
 // Interface is the manager's view of these resources. client-go's typed
@@ -35,7 +35,6 @@ type Interface interface {
 	CSIDrivers() Applied[*storagev1.CSIDriver, *storagev1.CSIDriverList]
 	StatefulSets(namespace string) Applied[*appsv1.StatefulSet, *appsv1.StatefulSetList]
 	DaemonSets(namespace string) Applied[*appsv1.DaemonSet, *appsv1.DaemonSetList]
-	Leases(namespace string) lease.Client
 }
 
 // Applied is the methods of the typed client of a resource the manager
@@ -59,7 +58,6 @@ var (
 func init() {
 	utilruntime.Must(appsv1.AddToScheme(Scheme))
 	utilruntime.Must(storagev1.AddToScheme(Scheme))
-	utilruntime.Must(coordinationv1.AddToScheme(Scheme))
 }
 
 // NewForConfig returns the Interface served by the API server of cfg, with
@@ -76,14 +74,11 @@ func NewForConfig(cfg *rest.Config) (Interface, error) {
 	if c.storage, err = kube.NewRESTClient(cfg, httpClient, "/apis", storagev1.SchemeGroupVersion, Scheme, codecs); err != nil {
 		return nil, err
 	}
-	if c.coordination, err = kube.NewRESTClient(cfg, httpClient, "/apis", coordinationv1.SchemeGroupVersion, Scheme, codecs); err != nil {
-		return nil, err
-	}
 	return c, nil
 }
 
 type client struct {
-	apps, storage, coordination *rest.RESTClient
+	apps, storage *rest.RESTClient
 }
 
 func (c *client) CSIDrivers() Applied[*storagev1.CSIDriver, *storagev1.CSIDriverList] {
@@ -102,10 +97,4 @@ func (c *client) DaemonSets(namespace string) Applied[*appsv1.DaemonSet, *appsv1
 	return kube.Typed(c.apps, parameterCodec, "daemonsets", namespace,
 		func() *appsv1.DaemonSet { return &appsv1.DaemonSet{} },
 		func() *appsv1.DaemonSetList { return &appsv1.DaemonSetList{} })
-}
-
-func (c *client) Leases(namespace string) lease.Client {
-	return kube.Typed(c.coordination, parameterCodec, "leases", namespace,
-		func() *coordinationv1.Lease { return &coordinationv1.Lease{} },
-		func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} })
 }

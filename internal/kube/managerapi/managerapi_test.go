@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -70,18 +69,6 @@ func TestRequests(t *testing.T) {
 		}, "GET /apis/apps/v1/namespaces/pav/daemonsets?resourceVersion=0"},
 		{func() error { return c.DaemonSets("pav").Delete(ctx, "x", metav1.DeleteOptions{}) },
 			"DELETE /apis/apps/v1/namespaces/pav/daemonsets/x application/vnd.kubernetes.protobuf"},
-		{func() error {
-			_, err := c.Leases("pav").Get(ctx, "l", metav1.GetOptions{})
-			return err
-		}, "GET /apis/coordination.k8s.io/v1/namespaces/pav/leases/l"},
-		{func() error {
-			_, err := c.Leases("pav").Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l"}}, metav1.CreateOptions{})
-			return err
-		}, "POST /apis/coordination.k8s.io/v1/namespaces/pav/leases application/vnd.kubernetes.protobuf"},
-		{func() error {
-			_, err := c.Leases("pav").Update(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l"}}, metav1.UpdateOptions{})
-			return err
-		}, "PUT /apis/coordination.k8s.io/v1/namespaces/pav/leases/l application/vnd.kubernetes.protobuf"},
 	} {
 		api.mu.Lock()
 		api.seen = nil
