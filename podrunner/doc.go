@@ -120,9 +120,10 @@
 //
 // # Metrics and logs
 //
-// pav_pod_operations_total{phase,result} and pav_pod_duration_seconds{phase}
-// (RegisterMetrics, RegisterLegacyMetrics). Logs are structured (klog
-// contextual logging) with pod, namespace and phase.
+// pav_pod_operations_total{phase,result} and
+// pav_phase_duration_seconds{provisioner,phase,outcome}, outcome success,
+// failure or timeout (RegisterMetrics, RegisterLegacyMetrics). Logs are
+// structured (klog contextual logging) with pod, namespace and phase.
 //
 // # RBAC
 //

@@ -916,7 +916,8 @@ func (r *Runner) logTail(ctx context.Context, pod *corev1.Pod, container string)
 func (r *Runner) record(op *Operation, pod *corev1.Pod, start time.Time, res *Result, err error) {
 	result := resultLabel(res, err)
 	operationsTotal.WithLabelValues(string(op.Phase), result).Inc()
-	if pod == nil {
+	outcome, ok := outcomes[result]
+	if pod == nil || !ok {
 		return
 	}
 	from := pod.CreationTimestamp.Time
@@ -924,7 +925,9 @@ func (r *Runner) record(op *Operation, pod *corev1.Pod, start time.Time, res *Re
 		from = start
 	}
 	if d := podEnd(pod, time.Now()).Sub(from); d >= 0 {
-		podDuration.WithLabelValues(string(op.Phase)).Observe(d.Seconds())
+		// The Runner's provisioner: op's was checked against it, if
+		// the operation got as far as a pod.
+		phaseDuration.WithLabelValues(r.cfg.Provisioner, string(op.Phase), outcome).Observe(d.Seconds())
 	}
 }
 

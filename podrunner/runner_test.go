@@ -1097,15 +1097,80 @@ func TestMetrics(t *testing.T) {
 	if s, f := counter(t, "deletion", podrunner.ResultSuccess), counter(t, "deletion", podrunner.ResultFailure); s != s0+1 || f != f0+1 {
 		t.Errorf("success %v→%v, failure %v→%v", s0, s, f0, f)
 	}
-	h, err := testutil.GetHistogramVecFromGatherer(registry, "pav_pod_duration_seconds", map[string]string{"phase": "deletion"})
-	if err != nil || h.GetAggregatedSampleCount() < 2 {
-		t.Errorf("histogram %v err %v", h, err)
-	}
 	// The same metrics can also go to the legacy registry the driver serves.
 	podrunner.RegisterLegacyMetrics()
 	podrunner.RegisterLegacyMetrics()
-	if got, err := legacyregistry.DefaultGatherer.Gather(); err != nil || !hasFamily(got, "pav_pod_operations_total") {
+	if got, err := legacyregistry.DefaultGatherer.Gather(); err != nil || !hasFamily(got, "pav_pod_operations_total") ||
+		!hasFamily(got, "pav_phase_duration_seconds") {
 		t.Errorf("legacy registry: %v", err)
+	}
+}
+
+// phaseSamples is the count and sum of pav_phase_duration_seconds for one
+// phase and outcome of this package's provisioner.
+func phaseSamples(t *testing.T, phase, outcome string) (uint64, float64) {
+	t.Helper()
+	h, err := testutil.GetHistogramVecFromGatherer(registry, "pav_phase_duration_seconds",
+		map[string]string{"provisioner": provisioner, "phase": phase, "outcome": outcome})
+	if err != nil {
+		return 0, 0 // nothing observed yet
+	}
+	return h.GetAggregatedSampleCount(), h.GetAggregatedSampleSum()
+}
+
+// TestPhaseDuration: each operation's pod is observed once under its
+// outcome, for as long as it took from its creation; an operation whose
+// caller gave up first is not observed (its pod has no outcome yet).
+func TestPhaseDuration(t *testing.T) {
+	const phase = v1alpha1.PhaseSnapshotDeletion // a phase no other test uses
+	outcomes := []string{podrunner.OutcomeSuccess, podrunner.OutcomeFailure, podrunner.OutcomeTimeout}
+	for _, tc := range []struct {
+		name    string
+		kubelet fakekubelet.Outcome
+		timeout time.Duration // the caller's, else none
+		want    string        // the outcome observed; "" none
+		minSum  float64
+	}{
+		{name: "success", kubelet: fakekubelet.Outcome{Kind: fakekubelet.Succeed}, want: podrunner.OutcomeSuccess},
+		{name: "failure", kubelet: fakekubelet.Outcome{Kind: fakekubelet.Fail}, want: podrunner.OutcomeFailure},
+		// The Runner's PodTimeout below: the pod's duration is at least that.
+		{name: "timeout", kubelet: fakekubelet.Outcome{Kind: fakekubelet.Run}, want: podrunner.OutcomeTimeout, minSum: 0.3},
+		{name: "caller gave up", kubelet: fakekubelet.Outcome{Kind: fakekubelet.Hang}, timeout: 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, always(tc.kubelet), envOpts{cfg: func(c *podrunner.Config) { c.PodTimeout = 300 * time.Millisecond }})
+			type samples struct {
+				n   uint64
+				sum float64
+			}
+			before := map[string]samples{}
+			for _, o := range outcomes {
+				n, sum := phaseSamples(t, string(phase), o)
+				before[o] = samples{n, sum}
+			}
+			op := creationOp(tc.name)
+			op.Phase = phase
+			ctx := e.ctx
+			if tc.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
+				defer cancel()
+			}
+			_, _ = e.runner.Run(ctx, op)
+			for _, o := range outcomes {
+				n, sum := phaseSamples(t, string(phase), o)
+				var want uint64
+				if o == tc.want {
+					want = 1
+				}
+				if n-before[o].n != want {
+					t.Errorf("outcome %s: %d observations, want %d", o, n-before[o].n, want)
+				}
+				if o == tc.want && sum-before[o].sum < tc.minSum {
+					t.Errorf("outcome %s: observed %.3f s, want at least %.1f", o, sum-before[o].sum, tc.minSum)
+				}
+			}
+		})
 	}
 }
 

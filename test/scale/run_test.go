@@ -365,10 +365,10 @@ func (s *sim) report(before, mid, after *snapshot, start, delStart time.Time, su
 	)
 	for _, ph := range []string{"validation", "creation", "deletion"} {
 		keep := func(l map[string]string) bool { return l["phase"] == ph }
-		c := end.pav.sum("pav_pod_duration_seconds_count", keep) - before.pav.sum("pav_pod_duration_seconds_count", keep)
-		sum := end.pav.sum("pav_pod_duration_seconds_sum", keep) - before.pav.sum("pav_pod_duration_seconds_sum", keep)
+		c := end.pav.sum("pav_phase_duration_seconds_count", keep) - before.pav.sum("pav_phase_duration_seconds_count", keep)
+		sum := end.pav.sum("pav_phase_duration_seconds_sum", keep) - before.pav.sum("pav_phase_duration_seconds_sum", keep)
 		if c > 0 {
-			drv.rows = append(drv.rows, []string{fmt.Sprintf("pav: %s pods, mean time from creation to outcome (pav_pod_duration_seconds)", ph), "", "",
+			drv.rows = append(drv.rows, []string{fmt.Sprintf("pav: %s pods, mean time from creation to outcome (pav_phase_duration_seconds)", ph), "", "",
 				fmt.Sprintf("%.0f pods, %.1f s", c, sum/c)})
 		}
 	}
