@@ -6,7 +6,7 @@
 // It reads the report's JSON by itself (a few fields of Ginkgo's types.Report), so that the
 // main module does not depend on Ginkgo for one struct.
 //
-// Usage: summary [-o summary.md] DRIVER=REPORT.json...
+// Usage: summary [-o summary.md] [-left-out REGEXP=REASON]... DRIVER=REPORT.json...
 // It exits 1 when a spec failed or a report cannot be read.
 package main
 
@@ -99,6 +99,42 @@ func firstLine(m string) string {
 	return ""
 }
 
+// leftOut is why the run's -skip expression left a spec out: its terms, each with the reason
+// make conformance gives for it (-left-out REGEXP=REASON), so that the summary names the
+// reason of every spec it did not run.
+type leftOut struct {
+	re     *regexp.Regexp
+	reason string
+}
+
+// parseLeftOut reads -left-out's REGEXP=REASON (split at the first "="); the reason starts with the group it belongs
+// to ("feature absent: …", else it is counted as left out by the skip expression).
+func parseLeftOut(v string) (leftOut, error) {
+	expr, reason, _ := strings.Cut(v, "=")
+	if expr == "" || reason == "" {
+		return leftOut{}, fmt.Errorf("-left-out %q: want REGEXP=REASON", v)
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return leftOut{}, fmt.Errorf("-left-out %q: %w", v, err)
+	}
+	return leftOut{re: re, reason: reason}, nil
+}
+
+// classifyLeftOut is the group and reason of a spec Ginkgo skipped without a message: the
+// run's -skip expression left it out.
+func classifyLeftOut(name string, rules []leftOut) (why, reason string) {
+	for _, r := range rules {
+		if r.re.MatchString(name) {
+			if rest, ok := strings.CutPrefix(r.reason, "feature absent: "); ok {
+				return whyFeatureAbsent, rest
+			}
+			return whyFiltered, r.reason
+		}
+	}
+	return whyFiltered, ""
+}
+
 func classify(message string) string {
 	if strings.TrimSpace(message) == "" {
 		return whyFiltered
@@ -111,7 +147,7 @@ func classify(message string) string {
 	return whyFeatureAbsent
 }
 
-func summarize(driver string, r report) driverResult {
+func summarize(driver string, r report, rules []leftOut) driverResult {
 	res := driverResult{driver: driver, skips: map[string]map[string][]string{}}
 	for _, s := range r.SpecReports {
 		if !inDriver(s, driver) {
@@ -124,6 +160,9 @@ func summarize(driver string, r report) driverResult {
 		case "skipped", "pending":
 			res.skipped++
 			why, msg := classify(s.Failure.Message), firstLine(s.Failure.Message)
+			if why == whyFiltered {
+				why, msg = classifyLeftOut(specName(s), rules)
+			}
 			if res.skips[why] == nil {
 				res.skips[why] = map[string][]string{}
 			}
@@ -200,11 +239,17 @@ func writeMarkdown(w io.Writer, results []driverResult) {
 func run(args []string, stdout io.Writer) (failed bool, err error) {
 	fs := flag.NewFlagSet("summary", flag.ContinueOnError)
 	out := fs.String("o", "", "also write a Markdown summary to this file")
+	var rules []leftOut
+	fs.Func("left-out", "REGEXP=REASON: why the run's -skip expression left out the specs REGEXP matches (repeatable; a REASON starting \"feature absent: \" counts in that group)", func(v string) error {
+		r, err := parseLeftOut(v)
+		rules = append(rules, r)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return false, err
 	}
 	if fs.NArg() == 0 {
-		return false, fmt.Errorf("usage: summary [-o summary.md] DRIVER=REPORT.json...")
+		return false, fmt.Errorf("usage: summary [-o summary.md] [-left-out REGEXP=REASON]... DRIVER=REPORT.json...")
 	}
 	var results []driverResult
 	var total driverResult
@@ -217,7 +262,7 @@ func run(args []string, stdout io.Writer) (failed bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		r := summarize(driver, rep)
+		r := summarize(driver, rep, rules)
 		results = append(results, r)
 		total.passed += r.passed
 		total.failed += r.failed

@@ -32,7 +32,7 @@ func TestSummarize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := summarize("loop-block", rep)
+	r := summarize("loop-block", rep, nil)
 	if r.passed != 1 || r.failed != 1 || r.skipped != 4 {
 		t.Errorf("passed/failed/skipped = %d/%d/%d, want 1/1/4", r.passed, r.failed, r.skipped)
 	}
@@ -48,7 +48,7 @@ func TestSummarize(t *testing.T) {
 
 	var out bytes.Buffer
 	md := filepath.Join(dir, "summary.md")
-	failed, err := run([]string{"-o", md, "loop-block=" + path}, &out)
+	failed, err := run([]string{"-o", md, "-left-out", `\[Disruptive\]=disruptive: restarts the kubelet`, "loop-block=" + path}, &out)
 	if err != nil || !failed {
 		t.Fatalf("run: failed=%v err=%v, want a failure reported", failed, err)
 	}
@@ -63,7 +63,7 @@ func TestSummarize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| loop-block | 1 | 1 | 4 |", "Timed out after 300s.", "### Skipped: needs more than one node or topology segment (1)", "Distro  doesn't support ntfs"} {
+	for _, want := range []string{"| loop-block | 1 | 1 | 4 |", "- disruptive: restarts the kubelet — 1 spec(s)", "Timed out after 300s.", "### Skipped: needs more than one node or topology segment (1)", "Distro  doesn't support ntfs"} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("summary.md lacks %q:\n%s", want, text)
 		}
@@ -94,6 +94,31 @@ func TestRunRefusesBadArguments(t *testing.T) {
 	for _, args := range [][]string{nil, {"loop-block"}, {"=x.json"}, {"d=/does/not/exist.json"}} {
 		if _, err := run(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("run(%q): no error", args)
+		}
+	}
+}
+
+func TestClassifyLeftOut(t *testing.T) {
+	var rules []leftOut
+	for _, v := range []string{`\[Disruptive\]=disruptive`, `Windows=feature absent: no Windows nodes`} {
+		r, err := parseLeftOut(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules = append(rules, r)
+	}
+	for _, tc := range []struct{ name, why, reason string }{
+		{"External Storage [Driver: x] disruptive [Disruptive] should work", whyFiltered, "disruptive"},
+		{"External Storage [Driver: x] [Feature:Windows] should", whyFeatureAbsent, "no Windows nodes"},
+		{"External Storage [Driver: x] something else", whyFiltered, ""},
+	} {
+		if why, reason := classifyLeftOut(tc.name, rules); why != tc.why || reason != tc.reason {
+			t.Errorf("classifyLeftOut(%q) = %q, %q; want %q, %q", tc.name, why, reason, tc.why, tc.reason)
+		}
+	}
+	for _, bad := range []string{"noequals", "=reason", "re=", "([=x"} {
+		if _, err := parseLeftOut(bad); err == nil {
+			t.Errorf("parseLeftOut(%q): no error", bad)
 		}
 	}
 }
