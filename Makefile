@@ -11,9 +11,12 @@
 #                      cluster (BENCH_N=20,100 BENCH_REPS=5); prints a table
 #   make bench-scale   pav's controller side with SCALE_NODES (1000) nodes simulated by
 #                      kwok: SCALE_PVCS (1000) PVCs at once, Bound, then deleted; prints a table
+#   make conformance   Kubernetes' own External Storage e2e tests against pav's provisioners
+#                      on the local cluster (hack/conformance.sh; test/conformance)
 #   make demo          build, cluster up, install pav, apply hello-world, provision a
 #                      volume and print what a pod reads from it
-#   make manifests     render deploy/pav.yaml from deploy/ (kustomize)
+#   make manifests     render deploy/pav.yaml from deploy/ (kustomize), and the Helm chart
+#                      charts/pav from it (go generate ./internal/helmchart)
 #   make ci            what .ci/run runs: lint, test, e2e
 #
 GO        ?= go
@@ -85,7 +88,7 @@ CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL     := $(CURDIR)/_output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig
 
 .PHONY: tools images cluster-up cluster-down install deploy-e2e e2e-setup e2e bench-e2e demo
-.PHONY: bench-scale
+.PHONY: bench-scale conformance
 
 tools:
 	hack/install-deps.sh
@@ -119,7 +122,18 @@ e2e-setup: tools cluster-up images deploy-e2e
 e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=2 PAV_BENCH_REPS=1 $(GO) test -tags bench -count=1 -timeout 10m -v -run '^TestBench$$' ./test/bench/
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=20 PAV_SCALE_PVCS=10 PAV_SCALE_TIMEOUT=5m $(GO) test -tags scale -count=1 -timeout 10m -v -run '^TestScale$$' ./test/scale/
+	PAV_CLUSTER_DIR=$(CLUSTER_DIR) CONFORMANCE_OUT=$(CURDIR)/_output/conformance-smoke CONFORMANCE_FOCUS='$(CONFORMANCE_SMOKE)' hack/conformance.sh
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig $(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/
+
+# conformance: Kubernetes' own External Storage e2e suite (k8s.io/kubernetes v1.36.3's
+# e2e.test, built here with its images) against every testdriver of test/conformance, on the
+# local cluster; _output/conformance/summary.md says what passed, failed and was skipped, and
+# why (docs/conformance.md). CONFORMANCE_DRIVERS picks drivers; see hack/conformance.sh for
+# the other settings. make e2e runs CONFORMANCE_SMOKE, a few specs per driver.
+CONFORMANCE_DRIVERS ?=
+CONFORMANCE_SMOKE   ?= provisioning should provision storage with defaults|volumes should store data
+conformance: e2e-setup
+	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/conformance.sh $(CONFORMANCE_DRIVERS)
 
 # bench-e2e: pav's overhead over bare pods, its memory and API requests per
 # volume on the local cluster, measured in one run, printed as a table
