@@ -152,6 +152,48 @@ func checkPath(p string) error {
 	return nil
 }
 
+// TestQuotedFilesAreTheFiles: a code block marked <!-- pav:file path=FILE -->
+// shows FILE as it is (comment-only lines aside, which either may leave out),
+// so that the manual never shows a provisioner the repository does not have.
+func TestQuotedFilesAreTheFiles(t *testing.T) {
+	for _, d := range documents {
+		files, _ := filepath.Glob(filepath.Join(root, d.glob))
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, _ := filepath.Rel(root, file)
+			for _, blk := range Blocks(string(b)) {
+				if blk.Kind != "file" {
+					continue
+				}
+				quoted, err := os.ReadFile(filepath.Join(root, blk.Attrs["path"]))
+				switch {
+				case blk.Code == "" || blk.Attrs["path"] == "":
+					t.Errorf("%s: a pav:file marker needs path=FILE and a code block after it", rel)
+				case err != nil:
+					t.Errorf("%s:%d: %v", rel, blk.Line, err)
+				case withoutComments(blk.Code) != withoutComments(string(quoted)):
+					t.Errorf("%s:%d: the block is not %s as it is (comment-only lines aside): copy it again", rel, blk.Line, blk.Attrs["path"])
+				}
+			}
+		}
+	}
+}
+
+// withoutComments drops the comment-only lines of a YAML or shell file and
+// the blank lines at its ends.
+func withoutComments(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.TrimSpace(strings.Join(out, "\n"))
+}
+
 // TestREADMEIsALandingPage keeps README.md short enough to read to the end;
 // the manual is docs/.
 func TestREADMEIsALandingPage(t *testing.T) {

@@ -2,6 +2,7 @@
 // tests, run by `make test` without a cluster, check that every relative link
 // and every repository path that README.md, CHANGELOG.md, docs/ and the
 // examples' READMEs name exists (links to a heading: that the heading does),
+// that a code block marked <!-- pav:file path=FILE --> shows FILE as it is,
 // and that docs/api-reference.md is what the CRDs in deploy/crd say
 // (APIReference; `go generate ./internal/docscheck` rewrites it). The e2e
 // suite runs the shell blocks the examples' READMEs mark as runnable (Blocks).
