@@ -156,7 +156,7 @@ func APIReference(manifests ...[]byte) (string, error) {
 				continue
 			}
 			c := &crd{}
-			if err := decodeStrictKnown(&n, c); err != nil {
+			if err := decodeDocument(&n, c); err != nil {
 				return "", err
 			}
 			if len(c.Spec.Versions) != 1 || c.Spec.Versions[0].Schema.OpenAPIV3Schema == nil {
@@ -192,8 +192,9 @@ func APIReference(manifests ...[]byte) (string, error) {
 	return b.String(), nil
 }
 
-// decodeStrictKnown is decodeStrict for a document node.
-func decodeStrictKnown(n *yaml.Node, v any) error {
+// decodeDocument is decodeStrict for a document node (what yaml.Decoder and
+// yaml.Unmarshal give).
+func decodeDocument(n *yaml.Node, v any) error {
 	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
 		n = n.Content[0]
 	}

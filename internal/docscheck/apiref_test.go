@@ -98,7 +98,7 @@ func TestTypeOf(t *testing.T) {
 			if err := yaml.Unmarshal([]byte(c.schema), &n); err != nil {
 				t.Fatal(err)
 			}
-			if err := decodeStrictKnown(&n, s); err != nil {
+			if err := decodeDocument(&n, s); err != nil {
 				t.Fatal(err)
 			}
 			got, err := typeOf(s)
