@@ -89,7 +89,7 @@ for d in "${drivers[@]}"; do
     log "$d: test/conformance/$d/setup.sh"
     KUBECTL="$BIN/kubectl" "$ROOT/test/conformance/$d/setup.sh"
   fi
-  args+=("-storage.testdriver=$f")
+  args+=("-storage.testdriver=$ROOT/$f")  # absolute: ginkgo runs e2e.test in its own directory
   names+=("$d")
 done
 focus="External.Storage.*\[Driver: ($(IFS='|'; echo "${names[*]}"))\]"

@@ -41,9 +41,11 @@
 #                                  hack/build-tools.sh e2e; entrypoint /agnhost pause, as
 #                                  upstream's) over busybox for the shell the specs exec
 #   pav.local/e2e-test-images/busybox:1.37.0-1
-#                                  busybox, as pav.local/busybox:dev
+#                                  busybox with Debian's dash and GNU coreutils over it: the
+#                                  specs use busybox 1.37's options (dd oflag=nocache), which
+#                                  Debian's busybox 1.35 lacks and GNU's tools have
 #   pav.local/e2e-test-images/nginx:1.15-4, pav.local/e2e-test-images/glibc-dns-testing:2.0.0
-#                                  busybox under the names of the images that the storage
+#                                  the same, under the names of the images that the storage
 #                                  specs run a shell command in (exec, multi-pod volumes): a
 #                                  stand-in, not nginx or glibc; its default command serves
 #                                  HTTP on port 80 (busybox httpd) or sleeps
@@ -91,12 +93,18 @@ declare -A DEB_PKGS=(
   [encryption]="dash cryptsetup-bin dmsetup util-linux jq"
   [encrypted-fs]="dash gocryptfs fuse3 util-linux"
   [object-bucket]="dash fuse3"
+  [e2e-busybox]="dash coreutils"
+  [e2e-nginx]="dash coreutils"
+  [e2e-glibc-dns-testing]="dash coreutils"
 )
 declare -A DEB_SMOKE=(
   [loop-block]="losetup --version && mkfs.ext4 -V && e2fsck -V && blockdev --version && mountpoint --version && findmnt --version && cp --sparse=always --version >/dev/null && truncate --version >/dev/null"
   [encryption]="cryptsetup --version && command -v dmsetup && jq --version && blockdev --version && wipefs --version"
   [encrypted-fs]="gocryptfs -version && fusermount3 --version && mountpoint --version"
   [object-bucket]="rclone version && fusermount3 --version"
+  [e2e-busybox]="dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1 && blockdev --help 2>&1 | grep -q getss && sha256sum /dev/null && base64 /dev/null"
+  [e2e-nginx]="dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1 && httpd --help 2>&1 | grep -q -- -f"
+  [e2e-glibc-dns-testing]="dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1"
 )
 # Left out of every closure: needed only by maintainer scripts, or busybox does their job
 # (unless an image names one in DEB_PKGS: loop-block's copies need GNU cp --sparse).
@@ -305,16 +313,16 @@ build_one() {
       rootfs_busybox "$r"
       cp "$BIN/agnhost" "$r/agnhost"; ln -s agnhost "$r/agnhost-2"
       write_image "$name" "${REF[$name]}" "$r" '["/agnhost"]' '["pause"]' ;;
-    e2e-busybox)
-      rootfs_busybox "$r"
-      write_image "$name" "${REF[$name]}" "$r" 'null' '["sh"]' ;;
-    e2e-nginx)
-      rootfs_busybox "$r"
-      mkdir -p "$r/usr/share/nginx/html"
-      write_image "$name" "${REF[$name]}" "$r" 'null' '["httpd","-f","-p","80","-h","/usr/share/nginx/html"]' ;;
-    e2e-glibc-dns-testing)
-      rootfs_busybox "$r"
-      write_image "$name" "${REF[$name]}" "$r" 'null' '["sleep","2147483647"]' ;;
+    e2e-busybox|e2e-nginx|e2e-glibc-dns-testing)
+      rootfs_debs "$r" "$name"
+      local cmd='["sh"]'
+      if [ "$name" = e2e-nginx ]; then
+        mkdir -p "$r/usr/share/nginx/html"; cmd='["httpd","-f","-p","80","-h","/usr/share/nginx/html"]'
+      fi
+      [ "$name" != e2e-glibc-dns-testing ] || cmd='["sleep","2147483647"]'
+      smoke "$name" "$r"
+      write_image "$name" "${REF[$name]}" "$r" 'null' "$cmd"
+      deb_stamp "$name" > "$OUT/$name.stamp" ;;
     registrar)
       gobuild "$BIN/registrar" ./test/registrar
       cp "$BIN/registrar" "$r/csi-node-driver-registrar"

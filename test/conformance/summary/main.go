@@ -263,6 +263,9 @@ func run(args []string, stdout io.Writer) (failed bool, err error) {
 			return false, err
 		}
 		r := summarize(driver, rep, rules)
+		if r.passed+r.failed+r.skipped == 0 {
+			return false, fmt.Errorf("%s: no spec of driver %s: the suite did not run its External Storage tests", path, driver)
+		}
 		results = append(results, r)
 		total.passed += r.passed
 		total.failed += r.failed
