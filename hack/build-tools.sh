@@ -3,9 +3,10 @@
 #
 # Usage: hack/build-tools.sh [--force] [GROUP...]          (make tools)
 #
-# GROUPs: kubernetes csi snapshotter containerd etcd rclone kwok e2e; without any, every
-# group but e2e (what the local cluster, make e2e and the benchmarks use). e2e is built only
-# for make conformance: it is the largest build here.
+# GROUPs: kubernetes csi snapshotter containerd etcd rclone kwok helm e2e; without any, every
+# group but e2e (what the local cluster, make e2e, the benchmarks and the chart's tests use).
+# e2e is built only for make conformance: it is the largest build here. make test builds
+# only helm.
 #
 # Builds into _output/bin/ (or $PAV_BIN_DIR):
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
@@ -21,6 +22,9 @@
 #                                  (hack/tools/rclone: local and S3 backends, serve s3, mount)
 #   kwok                           kwok v0.8.0, the controller that simulates nodes and pods
 #                                  (hack/tools/kwok; test/scale, make bench-scale)
+#   helm                           helm v4.3.1, the CLI (hack/tools/helm): the chart charts/pav
+#                                  (make test: helm lint, helm template; the e2e suite: helm
+#                                  install, upgrade, uninstall)
 #   e2e.test ginkgo agnhost        k8s.io/kubernetes v1.36.3's end-to-end suite (go test -c
 #                                  k8s.io/kubernetes/test/e2e), the ginkgo v2 CLI, and the
 #                                  program of the suite's agnhost image (hack/tools/e2e)
@@ -36,7 +40,7 @@ BIN="${PAV_BIN_DIR:-$ROOT/_output/bin}"
 STAMPS="$BIN/.stamps"
 TOOLS="$ROOT/hack/tools"
 FORCE="${FORCE:-0}"
-ALL_GROUPS=(kubernetes csi snapshotter containerd etcd rclone kwok e2e)
+ALL_GROUPS=(kubernetes csi snapshotter containerd etcd rclone kwok helm e2e)
 groups=()
 for a in "$@"; do
   case "$a" in
@@ -45,7 +49,7 @@ for a in "$@"; do
        groups+=("$a") ;;
   esac
 done
-[ "${#groups[@]}" -gt 0 ] || groups=(kubernetes csi snapshotter containerd etcd rclone kwok)
+[ "${#groups[@]}" -gt 0 ] || groups=(kubernetes csi snapshotter containerd etcd rclone kwok helm)
 wanted() { [[ " ${groups[*]} " == *" $1 "* ]]; }
 mkdir -p "$BIN" "$STAMPS"
 
@@ -56,6 +60,7 @@ NICE=(nice -n 10)
 K8S_VERSION=v1.36.3
 CONTAINERD_VERSION=v2.4.2
 ETCD_VERSION=v3.6.8
+HELM_VERSION=v4.3.1
 
 log() { echo "build-tools: $*" >&2; }
 
@@ -127,6 +132,10 @@ build rclone "$TOOLS/rclone" "-s -w -X github.com/rclone/rclone/fs.VersionSuffix
 
 build kwok "$TOOLS/kwok" "-s -w" "" \
   sigs.k8s.io/kwok/cmd/kwok=kwok
+
+HV=helm.sh/helm/v4/internal/version
+build helm "$TOOLS/helm" "-s -w -X $HV.version=$HELM_VERSION -X $HV.metadata= -X $HV.gitTreeState=clean" "" \
+  helm.sh/helm/v4/cmd/helm=helm
 
 # e2e.test reports the version it was built from (its -version flag, and the suite checks
 # some specs against the server's version), as the cluster's binaries do.
