@@ -34,8 +34,12 @@ build:
 
 # test also runs every benchmark once (-benchtime 1x): their targets (the API
 # budget, speed, memory) are measured by make bench, but they must not rot.
+# It builds helm first (hack/build-tools.sh helm: a few minutes once, then up to date at
+# once), for the chart's tests (internal/helmchart): helm lint, and helm template compared
+# with deploy/. HELM tells them which binary, and that a missing one is an error.
 test:
-	$(GO) test -race -count=1 ./...
+	hack/build-tools.sh helm
+	HELM=$(CURDIR)/_output/bin/helm $(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
 # MAX_FILE_BYTES: a tracked file larger than this is almost always a build output
@@ -63,10 +67,13 @@ fuzz:
 ci: lint test e2e
 
 # deploy/pav.yaml: deploy/ rendered, for `kubectl apply -f` (a test checks it is current).
+# charts/pav: the Helm chart, generated from deploy/pav.yaml and deploy/manager/config.yaml
+# (deploy/ stays the one source; internal/helmchart's tests check that they agree).
 manifests:
 	{ echo '# pav $(VERSION), rendered from deploy/ by `make manifests` (kubectl kustomize deploy): do not edit.'; \
 	  echo '# Install: kubectl apply -f pav.yaml. Then apply PavProvisioners; see README.md.'; \
 	  _output/bin/kubectl kustomize deploy; } > deploy/pav.yaml
+	$(GO) generate ./internal/helmchart
 
 # Local cluster targets (run as root):
 #   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity,
