@@ -9,6 +9,8 @@
 #                    never by default)
 #   --import   also load them into the local cluster's containerd
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
+# Progress: each image says when it starts and how long it took; a summary closes the run.
+# make demo builds only the images it uses: pause busybox csi-provisioner registrar pav.
 #
 # Each image is a single-layer OCI image layout (layer tar, config JSON, manifest,
 # index.json with the io.containerd.image.name annotation) written with tar and
@@ -116,7 +118,7 @@ images=()
 for a in "$@"; do
   case "$a" in
     --import) do_import=1 ;;
-    -h|--help) sed -n '2,59p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/!p}' "$0"; exit 0 ;;
     *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]})" >&2; exit 2; }
        images+=("$a") ;;
   esac
@@ -128,8 +130,9 @@ IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin  # every
 log() { echo "images: $*" >&2; }
 mkdir -p "$OUT"
 
-gobuild() { # OUT PKG
-  (cd "$ROOT" && CGO_ENABLED=0 nice -n 10 go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$1" "$2")
+gobuild() { # OUT PKG...: OUT a file, or a directory (ending in /) for several commands
+  local out="$1"; shift
+  (cd "$ROOT" && CGO_ENABLED=0 nice -n 10 go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$out" "$@")
 }
 
 # rootfs_base DIR: directories and files every image gets.
@@ -303,9 +306,8 @@ build_one() {
       write_image "$name" "${REF[$name]}" "$r" "[\"/$name\"]" 'null' ;;
     pav)
       rootfs_busybox "$r"
-      gobuild "$BIN/pav" ./cmd/pav
-      gobuild "$BIN/pav-driver" ./cmd/pav-driver
-      gobuild "$BIN/pav-report" ./cmd/pav-report
+      # One go build for the three commands: one links while the others compile.
+      gobuild "$BIN/" ./cmd/pav ./cmd/pav-driver ./cmd/pav-report
       mkdir -p "$r/usr/local/bin"; cp "$BIN/pav" "$BIN/pav-driver" "$BIN/pav-report" "$r/usr/local/bin/"
       write_image pav "${REF[pav]}" "$r" '["/usr/local/bin/pav"]' 'null' ;;
     e2e-agnhost)
@@ -344,9 +346,18 @@ build_one() {
   rm -rf "$r"
 }
 
-for i in "${images[@]}"; do build_one "$i"; done
+T0=$SECONDS
+summary=()
+n=0
+for i in "${images[@]}"; do
+  n=$((n + 1)); start=$SECONDS
+  log "[$n/${#images[@]}] $i (${REF[$i]})"
+  build_one "$i"
+  summary+=("$(printf '%6d s  %s' $((SECONDS - start)) "$i")")
+done
 
 if [ "$do_import" = 1 ]; then
+  start=$SECONDS
   sock="$CLUSTER_DIR/run/containerd/containerd.sock"
   [ -S "$sock" ] || { echo "containerd socket $sock not found: run hack/cluster/up.sh" >&2; exit 1; }
   for i in "${images[@]}"; do
@@ -359,4 +370,7 @@ if [ "$do_import" = 1 ]; then
         { echo "$out" >&2; exit 1; }
     fi
   done
+  summary+=("$(printf '%6d s  %s' $((SECONDS - start)) "import into the cluster")")
 fi
+log "$((SECONDS - T0)) s in all"
+for line in "${summary[@]}"; do log "$line"; done
