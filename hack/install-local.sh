@@ -6,7 +6,9 @@
 #
 #   kubectl apply -k test/e2e/install/snapshot-controller
 #                                         the cluster's VolumeSnapshot CRDs and snapshot-controller
-#                                         (a distribution's part, not pav's)
+#                                         (a distribution's part, not pav's); skipped with
+#                                         PAV_SNAPSHOT_CONTROLLER=0 (make demo: hello-world has
+#                                         no snapshots, and its image is not built)
 #   kubectl apply -k test/e2e/install     deploy/ with the local images (the only change)
 #   kubectl apply -f PROVISIONER.yaml     each provisioner alone: the manager does the rest
 #
@@ -41,19 +43,24 @@ for o in $(unowned csidrivers); do
   k delete csidriver "$o" --wait >/dev/null
 done
 
-log "kubectl apply -k test/e2e/install/snapshot-controller"
-k apply -k "$ROOT/test/e2e/install/snapshot-controller" >/dev/null
-k wait --for condition=established --timeout=60s crd/volumesnapshotclasses.snapshot.storage.k8s.io \
-  crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshots.snapshot.storage.k8s.io >/dev/null
-# Onto a freshly built image (same tag); waited for below, with the manager.
-k -n kube-system rollout restart deployment/snapshot-controller >/dev/null
+snapshots="${PAV_SNAPSHOT_CONTROLLER:-1}"
+if [ "$snapshots" != 0 ]; then
+  log "kubectl apply -k test/e2e/install/snapshot-controller"
+  k apply -k "$ROOT/test/e2e/install/snapshot-controller" >/dev/null
+  k wait --for condition=established --timeout=60s crd/volumesnapshotclasses.snapshot.storage.k8s.io \
+    crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshots.snapshot.storage.k8s.io >/dev/null
+  # Onto a freshly built image (same tag); waited for below, with the manager.
+  k -n kube-system rollout restart deployment/snapshot-controller >/dev/null
+fi
 
 log "kubectl apply -k test/e2e/install"
 k apply -k "$ROOT/test/e2e/install" >/dev/null
 k wait --for condition=established --timeout=60s crd/pavprovisioners.pav.albertofaria.github.io crd/pavvolumes.pav.albertofaria.github.io >/dev/null
 k -n pav rollout restart deployment/pav-manager >/dev/null
 k -n pav rollout status deployment/pav-manager --timeout=180s >/dev/null
-k -n kube-system rollout status deployment/snapshot-controller --timeout=120s >/dev/null
+if [ "$snapshots" != 0 ]; then
+  k -n kube-system rollout status deployment/snapshot-controller --timeout=120s >/dev/null
+fi
 
 names=()
 for f in "$@"; do
