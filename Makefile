@@ -13,8 +13,8 @@
 #                      kwok: SCALE_PVCS (1000) PVCs at once, Bound, then deleted; prints a table
 #   make conformance   Kubernetes' own External Storage e2e tests against pav's provisioners
 #                      on the local cluster (hack/conformance.sh; test/conformance)
-#   make demo          build, cluster up, install pav, apply hello-world, provision a
-#                      volume and print what a pod reads from it
+#   make demo          build what the demo uses, cluster up, install pav, apply hello-world,
+#                      provision a volume and print what a pod reads from it (hack/demo.sh)
 #   make manifests     render deploy/pav.yaml from deploy/ (kustomize), and the Helm chart
 #                      charts/pav from it (go generate ./internal/helmchart)
 #   make ci            what .ci/run runs: lint, test, e2e
@@ -77,7 +77,7 @@ manifests:
 
 # Local cluster targets (run as root):
 #   make tools         build kube-*, kubectl, containerd, etcd, csi-provisioner, csi-sanity,
-#                      csi-snapshotter, snapshot-controller, kwok
+#                      csi-snapshotter, snapshot-controller, rclone, kwok, helm
 #                      into _output/bin (hack/build-tools.sh; ≈10 min cold, skips what is
 #                      up to date) after installing the Debian packages (hack/install-deps.sh)
 #   make images        build the pav.local/*:dev (pav, the test stand-ins, the examples'
@@ -92,7 +92,6 @@ manifests:
 #                      wait until they are Ready (hack/install-local.sh)
 
 CLUSTER_DIR ?= $(CURDIR)/_output/cluster
-KUBECTL     := $(CURDIR)/_output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig
 
 .PHONY: tools images cluster-up cluster-down install deploy-e2e e2e-setup e2e bench-e2e demo
 .PHONY: bench-scale conformance
@@ -160,13 +159,9 @@ SCALE_PVCS  ?= 1000
 bench-scale: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=$(SCALE_NODES) PAV_SCALE_PVCS=$(SCALE_PVCS) $(GO) test -tags scale -count=1 -timeout 120m -v -run '^TestScale$$' ./test/scale/
 
-# demo: what a user does: install pav, apply one PavProvisioner, use it.
-demo: tools cluster-up images
-	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/install-local.sh examples/hello-world/provisioner.yaml
-	$(KUBECTL) delete --ignore-not-found --wait -f examples/hello-world/usage.yaml
-	$(KUBECTL) apply -f examples/hello-world/usage.yaml
-	$(KUBECTL) wait --for=jsonpath='{.status.phase}'=Bound pvc/hello-claim --timeout=120s
-	$(KUBECTL) wait --for=jsonpath='{.status.phase}'=Succeeded pod/hello-reader --timeout=120s
-	@echo "--- the hello-reader pod read from its hello-world volume:"
-	@$(KUBECTL) logs hello-reader
-	@echo "--- try: export KUBECONFIG=$(CLUSTER_DIR)/kubeconfig; kubectl get pav,pv,pvc; make cluster-down when done"
+# demo: what a user does: install pav, apply one PavProvisioner, use it. It builds only what
+# that uses (the cluster's binaries, external-provisioner, the pav, registrar, busybox and
+# pause images: not make tools and make images, which build for e2e, the benchmarks and
+# conformance too), and says how long each step took (hack/demo.sh).
+demo:
+	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/demo.sh
