@@ -36,7 +36,7 @@ step() {
   echo "demo: [${#done_steps[@]}/$N] $title: done in $((SECONDS - start)) s" >&2
 }
 
-use() {
+provision_and_read() {
   k delete --ignore-not-found --wait -f "$ROOT/examples/hello-world/usage.yaml" >/dev/null
   k apply -f "$ROOT/examples/hello-world/usage.yaml"
   k wait --for=jsonpath='{.status.phase}'=Bound pvc/hello-claim --timeout=120s
@@ -49,7 +49,7 @@ step "the cluster's binaries" "$ROOT/hack/build-tools.sh" kubernetes containerd 
 step "images" "$ROOT/hack/images/build.sh" pause busybox csi-provisioner registrar pav
 step "cluster up" "$ROOT/hack/cluster/up.sh"
 step "pav and hello-world installed" env PAV_SNAPSHOT_CONTROLLER=0 "$ROOT/hack/install-local.sh" "$ROOT/examples/hello-world/provisioner.yaml"
-step "a volume provisioned and read" use
+step "a volume provisioned and read" provision_and_read
 
 echo "--- the hello-reader pod read from its hello-world volume:"
 k logs hello-reader
