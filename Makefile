@@ -143,14 +143,14 @@ conformance: e2e-setup
 
 # bench-e2e: pav's overhead over bare pods, its memory and API requests per
 # volume on the local cluster, measured in one run, printed as a table
-# (test/bench; README "Performance"). BENCH_N=20,100 also runs 100 at once.
+# (test/bench; docs/performance.md). BENCH_N=20,100 also runs 100 at once.
 BENCH_N    ?= 20
 BENCH_REPS ?= 5
 bench-e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=$(BENCH_N) PAV_BENCH_REPS=$(BENCH_REPS) $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestBench$$' ./test/bench/
 
-# bench-scale: pav's controller side at scale, simulated (test/scale; README
-# "Performance"): kwok simulates SCALE_NODES nodes against the real local API server,
+# bench-scale: pav's controller side at scale, simulated (test/scale;
+# docs/performance.md): kwok simulates SCALE_NODES nodes against the real local API server,
 # SCALE_PVCS claims are created at once (their validation and creation pods completed by
 # kwok), Bound, then deleted; prints throughput, each step's timeline, memory and CPU,
 # pav's and the API server's requests. make e2e runs a smoke form (20 nodes, 10 PVCs).

@@ -52,7 +52,7 @@ const (
 	PhaseStaging    Phase = "staging"
 	PhaseUnstaging  Phase = "unstaging"
 
-	// Beyond PaV (additive; README "Expansion, snapshots, clones and topology").
+	// Beyond PaV (additive; docs/beyond-pav.md).
 
 	// PhaseExpansion grows a volume, controller side (ControllerExpandVolume).
 	PhaseExpansion Phase = "expansion"

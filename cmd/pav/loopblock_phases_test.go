@@ -24,7 +24,7 @@ import (
 )
 
 // loop-block's expansion, snapshot and copy phases (issue 8), evaluated through the
-// driver's own Evaluator with contexts shaped as the README's design section says, and
+// driver's own Evaluator with contexts shaped as docs/beyond-pav.md says, and
 // their scripts then run for real on files in a temporary directory (the paths of the
 // node's /var/lib/pav-loop-block and of /pav rewritten): the files they leave are checked,
 // not the text. `pav render` does not evaluate these phases (yet), hence the Evaluator.

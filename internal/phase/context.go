@@ -62,7 +62,7 @@ type Objects struct {
 // ValidationVars is the context of spec.volumeValidation for dynamic provisioning
 // (pvc and sc when known) and, with objs.PV and handle set, for static
 // provisioning (spec §3). Both have requisiteTopology, preferredTopology and
-// selectedNode (README "Beyond PaV"), empty without r.Topology.
+// selectedNode (docs/beyond-pav.md, "Topology"), empty without r.Topology.
 func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, error) {
 	v := templating.Vars{
 		"requestedVolumeMode":  string(r.VolumeMode),

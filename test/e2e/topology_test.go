@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 )
 
-// nodeLocal is a node-local provisioner (README "Beyond PaV"): a volume is a
+// nodeLocal is a node-local provisioner (docs/beyond-pav.md, "Topology"): a volume is a
 // directory on the node WaitForFirstConsumer selected, made there by the
 // creation pod (nodeName: "{{ selectedNode }}"), staged from there and
 // removed there by the deletion pod. The creation pod writes the node it ran

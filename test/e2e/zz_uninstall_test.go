@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Uninstall as the README says: `kubectl delete pav --all` (waits until no
+// Uninstall as docs/install.md says: `kubectl delete pav --all` (waits until no
 // volume needs a provisioner), then `kubectl delete -k` of what was installed.
 // Nothing of pav may be left. The file name makes it run last; it reinstalls
 // what the suite's setup installed, so that the cluster is as it found it.
