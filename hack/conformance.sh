@@ -61,6 +61,7 @@ if [ "${#drivers[@]}" -eq 0 ]; then
 fi
 
 [ -f "$KUBECONFIG" ] || { log "no cluster ($KUBECONFIG): run make e2e-setup first"; exit 1; }
+rm -rf "$OUT"; mkdir -p "$OUT"
 
 start=$SECONDS
 "$ROOT/hack/build-tools.sh" e2e
@@ -89,13 +90,17 @@ for d in "${drivers[@]}"; do
     log "$d: test/conformance/$d/setup.sh"
     KUBECTL="$BIN/kubectl" "$ROOT/test/conformance/$d/setup.sh"
   fi
-  args+=("-storage.testdriver=$ROOT/$f")  # absolute: ginkgo runs e2e.test in its own directory
+  # ginkgo runs e2e.test in e2e.test's directory, and the suite reads some of a testdriver's
+  # files (its VolumeSnapshotClass) relative to that, not to -repo-root: each testdriver is
+  # given with its files' paths made absolute.
+  mkdir -p "$OUT/testdrivers"
+  sed "s#^\( *FromFile: *\)\([^/]\)#\1$ROOT/\2#" "$ROOT/$f" > "$OUT/testdrivers/$d.yaml"
+  args+=("-storage.testdriver=$OUT/testdrivers/$d.yaml")
   names+=("$d")
 done
 focus="External.Storage.*\[Driver: ($(IFS='|'; echo "${names[*]}"))\]"
 [ -z "$FOCUS" ] || focus="$focus.*($FOCUS)"
 
-rm -rf "$OUT"; mkdir -p "$OUT"
 log "drivers ${names[*]}: $PROCS processes, focus '$focus', skip '$SKIP'; output in ${OUT#"$ROOT"/}"
 run_start=$SECONDS
 rc=0
