@@ -69,11 +69,17 @@ func TestMain(m *testing.M) {
 // for its controller and node plugins, and for kubelet to have registered its
 // driver on the node (CSINode).
 func waitProvisionerReady(ctx context.Context, name string, within time.Duration) error {
+	return waitProvisionerReadyIn(ctx, "pav", name, within)
+}
+
+// waitProvisionerReadyIn is waitProvisionerReady for a manager in namespace ns
+// (the Helm chart's test installs pav elsewhere).
+func waitProvisionerReadyIn(ctx context.Context, ns, name string, within time.Duration) error {
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
 		if ready, _ := provisionerCondition(ctx, name, v1alpha1.ConditionReady); ready.Status != metav1.ConditionTrue {
 			return false, nil
 		}
-		pods, err := client.CoreV1().Pods("pav").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
 		if err != nil || len(pods.Items) < 2 {
 			return false, nil
 		}

@@ -16,7 +16,9 @@ import (
 // Uninstall as docs/install.md says: `kubectl delete pav --all` (waits until no
 // volume needs a provisioner), then `kubectl delete -k` of what was installed.
 // Nothing of pav may be left. The file name makes it run last; it reinstalls
-// what the suite's setup installed, so that the cluster is as it found it.
+// what the suite's setup installed, so that the cluster is as it found it. In
+// between, on a cluster without pav, the Helm chart is installed, upgraded and
+// uninstalled (helm_test.go).
 func TestUninstall(t *testing.T) {
 	ctx := context.Background()
 	// make demo's claim and pod, if the demo ran on this cluster.
@@ -52,18 +54,29 @@ func TestUninstall(t *testing.T) {
 	kubectl(t, "delete", "-k", repo+"/test/e2e/install", "--timeout=120s")
 	t.Logf("kubectl delete -k took %v", time.Since(start).Round(100*time.Millisecond))
 
-	// Nothing of what was installed (every object of the install's kustomization)...
+	// Nothing of what was installed (every object of the install's kustomization),
+	// nor anything the manager made.
 	rendered := filepath.Join(t.TempDir(), "install.yaml")
 	if err := os.WriteFile(rendered, []byte(kubectl(t, "kustomize", repo+"/test/e2e/install")), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if left := leftAfterUninstall(t, ctx, rendered); len(left) > 0 {
+		t.Fatalf("uninstalled, but left: %v", left)
+	}
+	// The Helm chart, on this cluster without pav (before the reinstall above).
+	t.Run("HelmChart", testHelmChart)
+}
+
+// leftAfterUninstall lists what remains of an install: the objects of its
+// manifest (a file), and anything the manager made.
+func leftAfterUninstall(t *testing.T, ctx context.Context, manifest string) []string {
+	t.Helper()
 	var left []string
-	for _, l := range strings.Split(strings.TrimSpace(kubectl(t, "get", "-f", rendered, "--ignore-not-found", "-o", "name")), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(kubectl(t, "get", "-f", manifest, "--ignore-not-found", "-o", "name")), "\n") {
 		if l != "" {
 			left = append(left, l)
 		}
 	}
-	// ... and nothing the manager made.
 	drivers, _ := client.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=pav"})
 	for _, d := range drivers.Items {
 		left = append(left, "CSIDriver "+d.Name)
@@ -72,7 +85,5 @@ func TestUninstall(t *testing.T) {
 	for _, p := range pods.Items {
 		left = append(left, "pod "+p.Namespace+"/"+p.Name)
 	}
-	if len(left) > 0 {
-		t.Fatalf("uninstalled, but left: %v", left)
-	}
+	return left
 }
