@@ -16,6 +16,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
 )
 
 // The Helm chart (charts/pav) on the local cluster, as a user runs it: helm
@@ -91,7 +93,7 @@ func testHelmChart(t *testing.T) {
 	start = time.Now()
 	kubectl(t, "apply", "-f", filepath.Join(repo, "examples", "hello-world", "provisioner.yaml"))
 	if err := waitProvisionerReadyIn(ctx, helmNamespace, "hello-world", 3*time.Minute); err != nil {
-		c, _ := provisionerCondition(ctx, "hello-world", "Ready")
+		c, _ := provisionerCondition(ctx, "hello-world", v1alpha1.ConditionReady)
 		t.Fatalf("hello-world not Ready under the chart's manager: %v (Ready: %s %s)", err, c.Reason, c.Message)
 	}
 	t.Logf("hello-world Ready in %v", time.Since(start).Round(100*time.Millisecond))
