@@ -33,10 +33,10 @@ func TestSummarize(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := summarize("loop-block", rep, nil)
-	if r.passed != 1 || r.failed != 1 || r.skipped != 4 {
-		t.Errorf("passed/failed/skipped = %d/%d/%d, want 1/1/4", r.passed, r.failed, r.skipped)
+	if r.passed != 1 || r.failed != 1 || r.skipped != 3 || r.notSelected != 1 {
+		t.Errorf("passed/failed/skipped/not selected = %d/%d/%d/%d, want 1/1/3/1", r.passed, r.failed, r.skipped, r.notSelected)
 	}
-	for why, want := range map[string]int{whySingleNode: 1, whyFiltered: 1, whyFeatureAbsent: 2} {
+	for why, want := range map[string]int{whySingleNode: 1, whyFiltered: 0, whyFeatureAbsent: 2} {
 		n := 0
 		for _, specs := range r.skips[why] {
 			n += len(specs)
