@@ -249,6 +249,12 @@ func TestExampleLoopBlock(t *testing.T) {
 	if got.Annotations["volume.kubernetes.io/selected-node"] != node || fsPV.Spec.CSI.VolumeHandle != "pvc-"+string(fs.UID)+"."+node {
 		t.Fatalf("WaitForFirstConsumer: selected node %q, handle %q", got.Annotations["volume.kubernetes.io/selected-node"], fsPV.Spec.CSI.VolumeHandle)
 	}
+	// Node-local through CSI topology: the PV's node affinity names the node that holds
+	// its file, so the scheduler never sends its pods elsewhere (the External Storage
+	// suite's topology and multi-node specs rely on it).
+	if !pvAffinityNames(fsPV, "kubernetes.io/hostname", node) {
+		t.Fatalf("PV %s node affinity %v, want kubernetes.io/hostname %s", fsPV.Name, fsPV.Spec.NodeAffinity, node)
+	}
 	fsFile := filepath.Join(loopBlockDir, fsPV.Spec.CSI.VolumeHandle+".img")
 	e.deletePod("fswriter")
 	e.waitUnstaged("loop-block", fsPV.Spec.CSI.VolumeHandle)
@@ -269,6 +275,19 @@ func TestExampleLoopBlock(t *testing.T) {
 		}
 	}
 	t.Logf("TestExampleLoopBlock took %v", time.Since(start).Round(time.Second))
+}
+
+// pvAffinityNames tells whether a PV's required node affinity is exactly key = value.
+func pvAffinityNames(pv *corev1.PersistentVolume, key, value string) bool {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return false
+	}
+	terms := pv.Spec.NodeAffinity.Required.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != 1 {
+		return false
+	}
+	m := terms[0].MatchExpressions[0]
+	return m.Key == key && m.Operator == corev1.NodeSelectorOpIn && len(m.Values) == 1 && m.Values[0] == value
 }
 
 // dmAvailable tells whether this node's kernel has device-mapper. /proc/misc is the
@@ -540,9 +559,18 @@ func TestExampleObjectBucket(t *testing.T) {
 	if len(devices) != 1 || staged != 1 {
 		t.Fatalf("want one rclone FUSE file system on the node, at the staging pod's /pav/volume: %v", fuseMounts("fuse.rclone"))
 	}
+	// Symbolic links are kept in the bucket (rclone's --vfs-links: an object <link>.rclonelink
+	// holding the target), as the suite's subPath specs need.
+	if out := e.runClient("linker", "ln -s a.txt /data/shared/link && readlink /data/shared/link && cat /data/shared/link", "shared"); out != "a.txt\nfrom-a\n" {
+		t.Fatalf("linker printed %q, want the link's target and a.txt's content", out)
+	}
+	e.deletePod("linker")
 	e.deletePod("writer-a")
 	e.deletePod("writer-b")
 	e.waitUnstaged("object-bucket", bucket)
+	if out := s3(t, "rclone cat "+s3path(bucket+"/link.rclonelink")); out != "a.txt" {
+		t.Fatalf("the bucket holds %q for the link, want its target a.txt", out)
+	}
 	if m := fuseMounts("fuse.rclone"); len(m) != 0 {
 		t.Fatalf("rclone mounts left on the node after unstaging: %v", m)
 	}
