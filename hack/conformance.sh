@@ -31,8 +31,9 @@ CLUSTER_DIR="${PAV_CLUSTER_DIR:-$ROOT/_output/cluster}"
 OUT="${CONFORMANCE_OUT:-$ROOT/_output/conformance}"
 KUBECONFIG="${KUBECONFIG:-$CLUSTER_DIR/kubeconfig}"
 FOCUS="${CONFORMANCE_FOCUS:-}"
-# What the run leaves out, REGEXP=REASON (split at the first "="): a reason starting "feature absent: " counts as such
-# in the summary. Nothing is left out for failing: a failing spec is a product bug.
+# What the run leaves out, REGEXP=REASON (split at the first "="): a reason starting
+# "feature absent: " counts as such in the summary. Nothing is left out for failing: a failing
+# spec is a product bug.
 LEFT_OUT=(
   '\[Disruptive\]=disruptive: they restart the kubelet or kill the node'"'"'s processes, which pav'"'"'s own fault tests (make e2e) do to pav'
   '\[Feature:Windows\]=feature absent: no Windows nodes'
