@@ -44,10 +44,19 @@ func tmpfsStaging(gen *atomic.Int32) map[v1alpha1.Phase]podAction {
 	}
 }
 
+// publish calls NodePublishVolume as kubelet does: ABORTED (another operation
+// holds the volume, such as the staging-loss check that a pod event starts in
+// the background) is retried, for up to 10 s; any other answer is returned.
 func (e *env) publish(req *csi.NodeStageVolumeRequest, target string) error {
-	_, err := e.srv.NodePublishVolume(e.ctx, &csi.NodePublishVolumeRequest{VolumeId: req.VolumeId, StagingTargetPath: req.StagingTargetPath,
-		TargetPath: target, VolumeCapability: req.VolumeCapability, VolumeContext: req.VolumeContext})
-	return err
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := e.srv.NodePublishVolume(e.ctx, &csi.NodePublishVolumeRequest{VolumeId: req.VolumeId, StagingTargetPath: req.StagingTargetPath,
+			TargetPath: target, VolumeCapability: req.VolumeCapability, VolumeContext: req.VolumeContext})
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (e *env) unpublish(handle string, targets ...string) {
