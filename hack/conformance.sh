@@ -72,9 +72,14 @@ log "tools and images ready in $((SECONDS - start)) s"
 # What a driver needs besides its PavProvisioner (a store, a pool…): setup.sh before the run,
 # teardown.sh after it, whatever happens, so that nothing holds a provisioner afterwards.
 torn=()
+# A driver's PVs go before its teardown: their deletion pods may need what teardown.sh
+# removes (an interrupted run leaves claims whose deletion is still under way).
+driver_pvs() { k get pv -o jsonpath="{range .items[?(@.spec.csi.driver==\"$1\")]}{.metadata.name}{\" \"}{end}"; }
 teardown() {
-  local d
+  local d i
   for d in "${torn[@]}"; do
+    for i in $(seq 180); do [ -z "$(driver_pvs "$d")" ] && break; sleep 1; done
+    [ -z "$(driver_pvs "$d")" ] || log "$d: PVs still there after 3 minutes: $(driver_pvs "$d")"
     log "$d: test/conformance/$d/teardown.sh"
     KUBECTL="$BIN/kubectl" "$ROOT/test/conformance/$d/teardown.sh" || log "$d: teardown failed"
   done
