@@ -20,7 +20,7 @@
 #                                  a module of its own, it pins k8s v0.37.0, csi pins v0.36.1)
 #   containerd containerd-shim-runc-v2 ctr
 #                                  containerd v2.4.2                  (hack/tools/containerd)
-#   etcd                           etcd v3.6.8                        (hack/tools/etcd)
+#   etcd                           etcd v3.6.11                       (hack/tools/etcd)
 #   rclone                         rclone v1.76.0, the subset the object-bucket example uses
 #                                  (hack/tools/rclone: local and S3 backends, serve s3, mount)
 #   kwok                           kwok v0.8.0, the controller that simulates nodes and pods
@@ -65,7 +65,7 @@ NICE=(nice -n 10)
 
 K8S_VERSION=v1.36.3
 CONTAINERD_VERSION=v2.4.2
-ETCD_VERSION=v3.6.8
+ETCD_VERSION=v3.6.11
 HELM_VERSION=v4.3.1
 
 log() { echo "build-tools: $*" >&2; }

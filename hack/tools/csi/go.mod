@@ -1,9 +1,11 @@
 // CSI sidecar tools for the local cluster: csi-provisioner (external-provisioner
 // v6.3.0) and csi-sanity (csi-test v5.6.0). A module of its own because
-// external-provisioner pins the Kubernetes staging modules to v0.36.1 with
-// replace directives, which conflict with the v0.36.3 set of ../go.mod.
-// The replace block below is copied from external-provisioner v6.3.0's go.mod
-// (its module cannot be `go install`ed at a version because of it).
+// external-provisioner's go.mod pins the Kubernetes staging modules with replace
+// directives (its module cannot be `go install`ed at a version because of them).
+// The replace block below is its block, with every pin raised from its v0.36.1 to
+// the v0.36.3 of ../go.mod, and the other shared modules are kept at ../go.mod's
+// versions (go run ./align): so csi-provisioner reuses most of the packages the
+// cluster's binaries compiled instead of compiling a second Kubernetes.
 // Built by hack/build-tools.sh; see tools.go.
 module github.com/pods-as-volumes/pav/hack/tools/csi
 
@@ -14,8 +16,10 @@ require (
 	github.com/kubernetes-csi/external-provisioner/v6 v6.3.0
 )
 
+require github.com/go-openapi/swag/pools v0.28.0 // indirect
+
 require (
-	cel.dev/expr v0.25.2 // indirect
+	cel.dev/expr v0.25.3 // indirect
 	github.com/Masterminds/semver/v3 v3.5.0 // indirect
 	github.com/NYTimes/gziphandler v1.1.1 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
@@ -29,26 +33,25 @@ require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
-	github.com/felixge/httpsnoop v1.0.4 // indirect
+	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
-	github.com/fxamacker/cbor/v2 v2.9.2 // indirect
-	github.com/go-logr/logr v1.4.3 // indirect
+	github.com/fxamacker/cbor/v2 v2.9.4 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-logr/zapr v1.3.0 // indirect
-	github.com/go-openapi/jsonpointer v0.23.1 // indirect
-	github.com/go-openapi/jsonreference v0.21.6 // indirect
-	github.com/go-openapi/swag v0.26.0 // indirect
-	github.com/go-openapi/swag/cmdutils v0.26.0 // indirect
-	github.com/go-openapi/swag/conv v0.26.0 // indirect
-	github.com/go-openapi/swag/fileutils v0.26.0 // indirect
-	github.com/go-openapi/swag/jsonname v0.26.0 // indirect
-	github.com/go-openapi/swag/jsonutils v0.26.0 // indirect
-	github.com/go-openapi/swag/loading v0.26.0 // indirect
-	github.com/go-openapi/swag/mangling v0.26.0 // indirect
-	github.com/go-openapi/swag/netutils v0.26.0 // indirect
-	github.com/go-openapi/swag/stringutils v0.26.0 // indirect
-	github.com/go-openapi/swag/typeutils v0.26.0 // indirect
-	github.com/go-openapi/swag/yamlutils v0.26.0 // indirect
+	github.com/go-openapi/jsonpointer v1.0.0 // indirect
+	github.com/go-openapi/jsonreference v1.0.0 // indirect
+	github.com/go-openapi/swag v0.28.0 // indirect
+	github.com/go-openapi/swag/cmdutils v0.28.0 // indirect
+	github.com/go-openapi/swag/conv v0.28.0 // indirect
+	github.com/go-openapi/swag/fileutils v0.28.0 // indirect
+	github.com/go-openapi/swag/jsonutils v0.28.0 // indirect
+	github.com/go-openapi/swag/loading v0.28.0 // indirect
+	github.com/go-openapi/swag/mangling v0.28.0 // indirect
+	github.com/go-openapi/swag/netutils v0.28.0 // indirect
+	github.com/go-openapi/swag/stringutils v0.28.0 // indirect
+	github.com/go-openapi/swag/typeutils v0.28.0 // indirect
+	github.com/go-openapi/swag/yamlutils v0.28.0 // indirect
 	github.com/go-task/slim-sprig/v3 v3.0.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
@@ -59,9 +62,10 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3 // indirect
-	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/kubernetes-csi/csi-lib-utils v0.24.0 // indirect
 	github.com/kubernetes-csi/external-snapshotter/client/v8 v8.4.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
@@ -72,60 +76,64 @@ require (
 	github.com/onsi/ginkgo/v2 v2.32.1 // indirect
 	github.com/onsi/gomega v1.42.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_golang v1.23.2 // indirect
+	github.com/prometheus/client_golang v1.24.1 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
-	github.com/prometheus/common v0.68.0 // indirect
-	github.com/prometheus/procfs v0.20.1 // indirect
+	github.com/prometheus/common v0.70.1 // indirect
+	github.com/prometheus/procfs v0.21.1 // indirect
+	github.com/sirupsen/logrus v1.10.2 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
+	github.com/stretchr/objx v0.5.3 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
+	go.etcd.io/bbolt v1.5.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.6.11 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.11 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.11 // indirect
+	go.etcd.io/etcd/server/v3 v3.6.11 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
-	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.69.0 // indirect
-	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect
-	go.opentelemetry.io/otel v1.44.0 // indirect
-	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.44.0 // indirect
-	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.44.0 // indirect
-	go.opentelemetry.io/otel/metric v1.44.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.44.0 // indirect
-	go.opentelemetry.io/otel/trace v1.44.0 // indirect
-	go.opentelemetry.io/proto/otlp v1.10.0 // indirect
+	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.71.0 // indirect
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.71.0 // indirect
+	go.opentelemetry.io/otel v1.46.0 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.46.0 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.46.0 // indirect
+	go.opentelemetry.io/otel/metric v1.46.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.46.0 // indirect
+	go.opentelemetry.io/otel/trace v1.46.0 // indirect
+	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	go.uber.org/automaxprocs v1.6.0 // indirect
 	go.uber.org/mock v0.6.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
-	golang.org/x/crypto v0.53.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/exp v0.0.0-20260218203240-3dfff04db8fa // indirect
-	golang.org/x/mod v0.36.0 // indirect
-	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/mod v0.41.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sync v0.21.0 // indirect
-	golang.org/x/sys v0.46.0 // indirect
-	golang.org/x/term v0.44.0 // indirect
-	golang.org/x/text v0.38.0 // indirect
-	golang.org/x/time v0.15.0 // indirect
-	golang.org/x/tools v0.45.0 // indirect
-	google.golang.org/genproto/googleapis/api v0.0.0-20260526163538-3dc84a4a5aaa // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
-	google.golang.org/grpc v1.83.1 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/term v0.46.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+	golang.org/x/tools v0.49.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260825221802-da73d73af1c5 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260825221802-da73d73af1c5 // indirect
+	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
-	k8s.io/api v0.36.1 // indirect
-	k8s.io/apimachinery v0.36.1 // indirect
+	k8s.io/api v0.36.3 // indirect
+	k8s.io/apimachinery v0.36.3 // indirect
 	k8s.io/apiserver v0.36.1 // indirect
-	k8s.io/client-go v0.36.1 // indirect
-	k8s.io/component-base v0.36.1 // indirect
+	k8s.io/client-go v0.36.3 // indirect
+	k8s.io/component-base v0.36.3 // indirect
 	k8s.io/component-helpers v0.36.1 // indirect
 	k8s.io/csi-translation-lib v0.36.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
-	k8s.io/streaming v0.36.1 // indirect
+	k8s.io/streaming v0.36.3 // indirect
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.35.0 // indirect
 	sigs.k8s.io/controller-runtime v0.24.1 // indirect
@@ -137,68 +145,68 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.36.1
+replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.36.3
 
-replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.36.1
+replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.36.3
 
-replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.36.1
+replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.36.3
 
-replace k8s.io/code-generator => k8s.io/code-generator v0.36.1
+replace k8s.io/code-generator => k8s.io/code-generator v0.36.3
 
-replace k8s.io/controller-manager => k8s.io/controller-manager v0.36.1
+replace k8s.io/controller-manager => k8s.io/controller-manager v0.36.3
 
-replace k8s.io/cri-api => k8s.io/cri-api v0.36.1
+replace k8s.io/cri-api => k8s.io/cri-api v0.36.3
 
-replace k8s.io/cri-client => k8s.io/cri-client v0.36.1
+replace k8s.io/cri-client => k8s.io/cri-client v0.36.3
 
-replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.36.1
+replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.36.3
 
-replace k8s.io/endpointslice => k8s.io/endpointslice v0.36.1
+replace k8s.io/endpointslice => k8s.io/endpointslice v0.36.3
 
-replace k8s.io/externaljwt => k8s.io/externaljwt v0.36.1
+replace k8s.io/externaljwt => k8s.io/externaljwt v0.36.3
 
-replace k8s.io/kms => k8s.io/kms v0.36.1
+replace k8s.io/kms => k8s.io/kms v0.36.3
 
-replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.36.1
+replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.36.3
 
-replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.36.1
+replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.36.3
 
-replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.36.1
+replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.36.3
 
-replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.36.1
+replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.36.3
 
-replace k8s.io/kubectl => k8s.io/kubectl v0.36.1
+replace k8s.io/kubectl => k8s.io/kubectl v0.36.3
 
-replace k8s.io/kubelet => k8s.io/kubelet v0.36.1
+replace k8s.io/kubelet => k8s.io/kubelet v0.36.3
 
-replace k8s.io/metrics => k8s.io/metrics v0.36.1
+replace k8s.io/metrics => k8s.io/metrics v0.36.3
 
-replace k8s.io/mount-utils => k8s.io/mount-utils v0.36.1
+replace k8s.io/mount-utils => k8s.io/mount-utils v0.36.3
 
-replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.36.1
+replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.36.3
 
-replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.36.1
+replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.36.3
 
-replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.36.1
+replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.36.3
 
-replace k8s.io/sample-controller => k8s.io/sample-controller v0.36.1
+replace k8s.io/sample-controller => k8s.io/sample-controller v0.36.3
 
-replace k8s.io/api => k8s.io/api v0.36.1
+replace k8s.io/api => k8s.io/api v0.36.3
 
-replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.36.1
+replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.36.3
 
-replace k8s.io/apimachinery => k8s.io/apimachinery v0.36.1
+replace k8s.io/apimachinery => k8s.io/apimachinery v0.36.3
 
-replace k8s.io/apiserver => k8s.io/apiserver v0.36.1
+replace k8s.io/apiserver => k8s.io/apiserver v0.36.3
 
-replace k8s.io/client-go => k8s.io/client-go v0.36.1
+replace k8s.io/client-go => k8s.io/client-go v0.36.3
 
-replace k8s.io/component-base => k8s.io/component-base v0.36.1
+replace k8s.io/component-base => k8s.io/component-base v0.36.3
 
-replace k8s.io/component-helpers => k8s.io/component-helpers v0.36.1
+replace k8s.io/component-helpers => k8s.io/component-helpers v0.36.3
 
-replace k8s.io/cri-streaming => k8s.io/cri-streaming v0.36.1
+replace k8s.io/cri-streaming => k8s.io/cri-streaming v0.36.3
 
-replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.36.1
+replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.36.3
 
-replace k8s.io/streaming => k8s.io/streaming v0.36.1
+replace k8s.io/streaming => k8s.io/streaming v0.36.3

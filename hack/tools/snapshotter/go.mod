@@ -1,9 +1,10 @@
 // CSI snapshot tools for the local cluster: csi-snapshotter and snapshot-controller
 // (external-snapshotter v8.7.0). A module of its own, not part of ../csi: external-snapshotter
-// v8.7.0 needs the Kubernetes staging modules at v0.37.0 and pins them with replace
-// directives, which conflict with external-provisioner v6.3.0's v0.36.1 pins in ../csi.
-// The replace block below is copied from external-snapshotter v8.7.0's go.mod, except its
-// `client/v8 => ./client`, which becomes the published client/v8 v8.7.0 (a require).
+// v8.7.0 needs the Kubernetes staging modules at v0.37 and pins them with replace directives.
+// The replace block below is external-snapshotter v8.7.0's, with its v0.37.0 pins raised to
+// helm's v0.37.1, and its `client/v8 => ./client` become the published client/v8 v8.7.0 (a
+// require): with every other shared module at helm's version (go run ./align), helm and the
+// snapshotter compile their common packages once.
 // Built by hack/build-tools.sh; see tools.go.
 module github.com/pods-as-volumes/pav/hack/tools/snapshotter
 
@@ -86,14 +87,14 @@ require (
 	go.uber.org/zap v1.28.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20260908205506-85c1c2202aba // indirect
-	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/sync v0.23.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/term v0.46.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/term v0.47.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
@@ -101,15 +102,15 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
-	k8s.io/api v0.37.0 // indirect
-	k8s.io/apimachinery v0.37.0 // indirect
-	k8s.io/apiserver v0.37.0 // indirect
-	k8s.io/client-go v0.37.0 // indirect
-	k8s.io/component-base v0.37.0 // indirect
-	k8s.io/component-helpers v0.37.0 // indirect
+	k8s.io/api v0.37.1 // indirect
+	k8s.io/apimachinery v0.37.1 // indirect
+	k8s.io/apiserver v0.37.1 // indirect
+	k8s.io/client-go v0.37.1 // indirect
+	k8s.io/component-base v0.37.1 // indirect
+	k8s.io/component-helpers v0.37.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260821135717-be32def86098 // indirect
-	k8s.io/streaming v0.37.0 // indirect
+	k8s.io/streaming v0.37.1 // indirect
 	k8s.io/utils v0.0.0-20260707023825-cf1189d6abe3 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.36.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
@@ -118,52 +119,52 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace k8s.io/code-generator => k8s.io/code-generator v0.37.0
+replace k8s.io/code-generator => k8s.io/code-generator v0.37.1
 
-replace k8s.io/kms => k8s.io/kms v0.37.0
+replace k8s.io/kms => k8s.io/kms v0.37.1
 
-replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.0
+replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.1
 
-replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.37.0
+replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.37.1
 
-replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.37.0
+replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.37.1
 
-replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.37.0
+replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.37.1
 
-replace k8s.io/controller-manager => k8s.io/controller-manager v0.37.0
+replace k8s.io/controller-manager => k8s.io/controller-manager v0.37.1
 
-replace k8s.io/cri-api => k8s.io/cri-api v0.37.0
+replace k8s.io/cri-api => k8s.io/cri-api v0.37.1
 
-replace k8s.io/cri-client => k8s.io/cri-client v0.37.0
+replace k8s.io/cri-client => k8s.io/cri-client v0.37.1
 
-replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.37.0
+replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.37.1
 
-replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.37.0
+replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.37.1
 
-replace k8s.io/endpointslice => k8s.io/endpointslice v0.37.0
+replace k8s.io/endpointslice => k8s.io/endpointslice v0.37.1
 
-replace k8s.io/externaljwt => k8s.io/externaljwt v0.37.0
+replace k8s.io/externaljwt => k8s.io/externaljwt v0.37.1
 
-replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.37.0
+replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.37.1
 
-replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.37.0
+replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.37.1
 
-replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.37.0
+replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.37.1
 
-replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.37.0
+replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.37.1
 
-replace k8s.io/kubectl => k8s.io/kubectl v0.37.0
+replace k8s.io/kubectl => k8s.io/kubectl v0.37.1
 
-replace k8s.io/kubelet => k8s.io/kubelet v0.37.0
+replace k8s.io/kubelet => k8s.io/kubelet v0.37.1
 
-replace k8s.io/metrics => k8s.io/metrics v0.37.0
+replace k8s.io/metrics => k8s.io/metrics v0.37.1
 
-replace k8s.io/mount-utils => k8s.io/mount-utils v0.37.0
+replace k8s.io/mount-utils => k8s.io/mount-utils v0.37.1
 
-replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.37.0
+replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.37.1
 
-replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.0
+replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.1
 
-replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.37.0
+replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.37.1
 
-replace k8s.io/sample-controller => k8s.io/sample-controller v0.37.0
+replace k8s.io/sample-controller => k8s.io/sample-controller v0.37.1
