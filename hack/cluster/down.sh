@@ -5,6 +5,9 @@
 #   --purge   also delete the whole state directory (certificates, configs and logs too)
 #
 # Safe to run twice, and after a crash. It touches only what up.sh made:
+#   0. removes the extra nodes (hack/cluster/node.sh remove: their processes, network
+#      namespaces, veths, routes, cgroups, loop devices and disks), then the host bridge
+#      pavnodes;
 #   1. stops the kubelet (daemons are stopped by pid file only: TERM, KILL after 10 s);
 #   2. kills the containers of its containerd (ctr tasks kill -9) and the processes still
 #      in the kubelet's pod cgroups (kubepods);
@@ -76,6 +79,14 @@ pod_pids() {
     find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
   done | sort -un
 }
+
+# 0. extra nodes --------------------------------------------------------------------------------
+for n in $("$ROOT/hack/cluster/node.sh" list); do
+  "$ROOT/hack/cluster/node.sh" remove "$n" || log "WARNING: node $n not fully removed"
+done
+if ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
+  ip link delete "$NODE_BRIDGE" && log "deleted bridge $NODE_BRIDGE"
+fi
 
 # 1. the kubelet first, so that it restarts no container ------------------------------------
 stop kubelet
@@ -203,6 +214,11 @@ for n in "${DAEMONS[@]}"; do [ -f "$RUN/$n.pid" ] && left+=" $n"; done
 iptables -w -S 2>/dev/null | grep -qE '^-N (KUBE|CNI)-' && left+=" iptables-chains"
 iptables -w -t nat -S 2>/dev/null | grep -qE '^-N (KUBE|CNI)-' && left+=" nat-chains"
 ip link show "$BRIDGE" >/dev/null 2>&1 && left+=" bridge"
+ip link show "$NODE_BRIDGE" >/dev/null 2>&1 && left+=" bridge:$NODE_BRIDGE"
+for ns in $(ip netns list 2>/dev/null | awk '/^pav-/ {print $1}'); do left+=" netns:$ns"; done
+for n in "$D"/nodes/*/; do
+  [ -d "$n/var-lib" ] && left+=" node-disk:$(basename "$n")"
+done
 [ -n "$(pod_pids)" ] && left+=" pod-processes"
 for p in /proc/[0-9]*; do   # any process still running one of our binaries
   exe="$(readlink "$p/exe" 2>/dev/null)" || continue

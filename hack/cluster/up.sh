@@ -37,7 +37,7 @@ for c in runc openssl iptables conntrack; do
 done
 [ -x "$CNI_BIN/bridge" ] || die "CNI plugins missing in $CNI_BIN: run hack/install-deps.sh"
 
-NODE_NAME="${PAV_NODE_NAME:-$(hostname | tr 'A-Z' 'a-z')}"
+NODE_NAME="$(node1_name)"
 if [ -z "${PAV_NODE_IP:-}" ]; then
   PAV_NODE_IP="$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1)"
 fi
@@ -71,182 +71,30 @@ if [ "$(cat "$PKI/identity" 2>/dev/null)" != "$identity" ]; then
   openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/ca.key" 2>/dev/null
   openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=pav-local-ca" -days 3650 -out "$PKI/ca.crt" \
     -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"
-  # cert NAME SUBJECT EKU [SANS]
-  cert() {
-    local name="$1" subj="$2" eku="$3" sans="${4:-}" ext
-    openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/$name.key" 2>/dev/null
-    ext="basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=$eku"
-    [ -n "$sans" ] && ext+="
-subjectAltName=$sans"
-    openssl req -new -key "$PKI/$name.key" -subj "$subj" 2>/dev/null |
-      openssl x509 -req -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial -days 3650 \
-        -extfile <(echo "$ext") -out "$PKI/$name.crt" 2>/dev/null
-  }
-  cert apiserver "/CN=kube-apiserver" serverAuth \
+  cert "$PKI" apiserver "/CN=kube-apiserver" serverAuth \
     "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:$NODE_NAME,IP:127.0.0.1,IP:$NODE_IP,IP:10.0.0.1"
-  cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
-  cert admin "/O=system:masters/CN=kubernetes-admin" clientAuth
-  cert controller-manager "/CN=system:kube-controller-manager" clientAuth
-  cert scheduler "/CN=system:kube-scheduler" clientAuth
-  cert kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
-  cert kube-proxy "/CN=system:kube-proxy" clientAuth
-  cert kubelet-serving "/CN=$NODE_NAME" serverAuth "DNS:$NODE_NAME,DNS:localhost,IP:$NODE_IP,IP:127.0.0.1"
+  cert "$PKI" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+  cert "$PKI" admin "/O=system:masters/CN=kubernetes-admin" clientAuth
+  cert "$PKI" controller-manager "/CN=system:kube-controller-manager" clientAuth
+  cert "$PKI" scheduler "/CN=system:kube-scheduler" clientAuth
+  cert "$PKI" kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
+  cert "$PKI" kube-proxy "/CN=system:kube-proxy" clientAuth
+  cert "$PKI" kubelet-serving "/CN=$NODE_NAME" serverAuth "DNS:$NODE_NAME,DNS:localhost,IP:$NODE_IP,IP:127.0.0.1"
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
   chmod 600 "$PKI"/*.key
   echo "$identity" > "$PKI/identity"
 fi
 
-# put FILE: write stdin to FILE only if the content changed (kube-proxy exits when its
-# config file changes, so a second up.sh must not rewrite it).
-put() {
-  local tmp="$1.tmp.$$"
-  cat > "$tmp"
-  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv -f "$tmp" "$1"; fi
-}
-
-kubeconfig() { # FILE USER
-  put "$1" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: pav-local
-  cluster:
-    certificate-authority: $PKI/ca.crt
-    server: https://127.0.0.1:$APISERVER_PORT
-users:
-- name: $2
-  user:
-    client-certificate: $PKI/$2.crt
-    client-key: $PKI/$2.key
-contexts:
-- name: pav-local
-  context: {cluster: pav-local, user: $2}
-current-context: pav-local
-EOF
-}
 kubeconfig "$KUBECONFIG_ADMIN" admin
 for u in controller-manager scheduler kubelet-client kube-proxy; do kubeconfig "$CONF/$u.kubeconfig" "$u"; done
 
 # ---------------------------------------------------------------------------------------------
 # Configuration files.
-put "$CONF/containerd.toml" <<EOF
-version = 3
-root = "$CTRD_ROOT"
-state = "$CTRD_STATE"
-
-[grpc]
-  address = "$CTRD_SOCK"
-
-[ttrpc]
-  address = "$CTRD_SOCK.ttrpc"
-
-[plugins]
-  [plugins.'io.containerd.cri.v1.runtime']
-    # root here may not lower oom_score_adj (no CAP_SYS_RESOURCE): runc would fail every sandbox.
-    restrict_oom_score_adj = true
-    # keep network namespaces under the state dir instead of /var/run/netns
-    netns_mounts_under_state_dir = true
-    [plugins.'io.containerd.cri.v1.runtime'.containerd]
-      default_runtime_name = "runc"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-          BinaryName = "$(command -v runc)"
-          Root = "$RUNC_ROOT"
-          SystemdCgroup = false
-    [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ["$CNI_BIN"]
-      conf_dir = "$CNI_CONF"
-      max_conf_num = 1
-  [plugins.'io.containerd.cri.v1.images']
-    snapshotter = "overlayfs"
-    [plugins.'io.containerd.cri.v1.images'.pinned_images]
-      sandbox = "registry.k8s.io/pause:3.10"
-EOF
-
-put "$CNI_CONF/10-pav.conflist" <<EOF
-{
-  "cniVersion": "0.4.0",
-  "name": "pav",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "$BRIDGE",
-      "isGateway": true,
-      "ipMasq": true,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "$POD_CIDR"}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": "$CNI_DATA"
-      }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
-EOF
-
-put "$CONF/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://$CTRD_SOCK
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: $PKI/ca.crt}
-authorization:
-  mode: Webhook
-tlsCertFile: $PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $PKI/kubelet-serving.key
-address: 0.0.0.0
-port: 10250
-healthzBindAddress: 127.0.0.1
-healthzPort: 10248
-cgroupDriver: cgroupfs
-failCgroupV1: false
-failSwapOn: false
-clusterDomain: cluster.local
-resolvConf: /etc/resolv.conf
-podLogsDir: $POD_LOGS
-staticPodPath: ""
-serializeImagePulls: false
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: "50Mi"
-  nodefs.available: "1%"
-  nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
-evictionPressureTransitionPeriod: 10s
-maxPods: 110
-rotateCertificates: false
-serverTLSBootstrap: false
-nodeStatusUpdateFrequency: 5s
-syncFrequency: 10s
-EOF
-
-put "$CONF/kube-proxy.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: $CONF/kube-proxy.kubeconfig
-mode: iptables
-hostnameOverride: $NODE_NAME
-clusterCIDR: $POD_CIDR
-bindAddress: 0.0.0.0
-metricsBindAddress: 127.0.0.1:10249
-healthzBindAddress: 127.0.0.1:10256
-nodePortAddresses: [primary]
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-EOF
+containerd_config "$CONF/containerd.toml" "$CTRD_ROOT" "$CTRD_STATE" "$CTRD_SOCK" "$RUNC_ROOT" "$CNI_CONF"
+cni_config "$CNI_CONF/10-pav.conflist" "$POD_CIDR" "$CNI_DATA"
+kubelet_config "$CONF/kubelet.yaml" "$CTRD_SOCK" "$PKI" "$POD_LOGS"
+kube_proxy_config "$CONF/kube-proxy.yaml" "$CONF/kube-proxy.kubeconfig" "$NODE_NAME"
 
 # ---------------------------------------------------------------------------------------------
 # Daemons.
@@ -274,15 +122,6 @@ start() {
   return 0
 }
 
-# wait_for WHAT SECONDS CMD...: poll CMD every 0.2 s.
-wait_for() {
-  local what="$1" secs="$2"; shift 2
-  local end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $end ] || die "timed out after ${secs}s waiting for $what (logs in $LOGS)"
-    sleep 0.2
-  done
-}
 
 # 1. containerd
 start containerd --config "$CONF/containerd.toml" --log-level warn || true
@@ -297,15 +136,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   log "images: building ${need[*]}"
   "$ROOT/hack/images/build.sh" "${need[@]}"
 fi
-for t in "$ROOT"/_output/images/*.tar; do
-  out="$(ctr_ -n k8s.io images import --platform linux/amd64 "$t" 2>&1)" || die "importing $t: $out"
-done
-# Local aliases, so that the examples' public busybox image (imagePullPolicy IfNotPresent)
-# runs unmodified on this registry-less cluster.
-BUSYBOX_ALIASES=(docker.io/library/busybox:1.36)
-for alias in "${BUSYBOX_ALIASES[@]}"; do
-  out="$(ctr_ -n k8s.io images tag --force pav.local/busybox:dev "$alias" 2>&1)" || die "tagging $alias: $out"
-done
+import_images "$CTRD_SOCK"
 log "images: imported $(ls "$ROOT"/_output/images/*.tar | wc -l) archives"
 
 # 3. etcd
@@ -365,13 +196,7 @@ kubelet_ok() { curl -sf http://127.0.0.1:10248/healthz | grep -q ok; }
 wait_for "kubelet /healthz" 60 kubelet_ok
 
 # 6. node Ready with a heartbeat from this kubelet
-node_ready() {
-  local out st hb
-  out="$(kubectl_admin get node "$NODE_NAME" -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.lastHeartbeatTime}{end}' 2>/dev/null)" || return 1
-  st="${out%% *}"; hb="${out#* }"
-  [ "$st" = True ] && [[ ! "$hb" < "$KUBELET_START" ]]
-}
-wait_for "node $NODE_NAME Ready (heartbeat ≥ $KUBELET_START)" 90 node_ready
+wait_for "node $NODE_NAME Ready (heartbeat ≥ $KUBELET_START)" 90 node_ready "$NODE_NAME" "$KUBELET_START"
 log "node $NODE_NAME: Ready"
 
 # 7. kube-proxy
@@ -381,5 +206,13 @@ wait_for "kube-proxy /healthz" 60 proxy_ok
 
 # 8. the default ServiceAccount (pods cannot be created before it exists)
 wait_for "ServiceAccount default/default" 60 kubectl_admin -n default get serviceaccount default
-log "cluster up in $((SECONDS - T0)) s; export KUBECONFIG=$KUBECONFIG_ADMIN"
+
+# 9. extra nodes (PAV_NODES > 1): each in namespaces of its own, reaching the API server at
+# node 1's address (hack/cluster/node.sh)
+echo "$NODE_IP" > "$RUN/node-ip"
+if [ "$NODES" -gt 1 ]; then
+  [ "$NODE_IP" != 127.0.0.1 ] || die "PAV_NODES=$NODES: extra nodes reach node 1 by its address; set PAV_NODE_IP (this machine has no default route)"
+  for n in $(seq 2 "$NODES"); do "$ROOT/hack/cluster/node.sh" start "$NODE_NAME-$n"; done
+fi
+log "cluster up in $((SECONDS - T0)) s ($NODES node(s)); export KUBECONFIG=$KUBECONFIG_ADMIN"
 echo "$KUBECONFIG_ADMIN"

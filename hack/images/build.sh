@@ -7,7 +7,7 @@
 #                    loop-block encryption encrypted-fs object-bucket (default: all these)
 #                    e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing (make conformance;
 #                    never by default)
-#   --import   also load them into the local cluster's containerd
+#   --import   also load them into the local cluster's containerd (every node's)
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
 # Progress: each image says when it starts and how long it took; a summary closes the run.
 # make demo builds only the images it uses: pause busybox csi-provisioner registrar pav.
@@ -360,15 +360,20 @@ if [ "$do_import" = 1 ]; then
   start=$SECONDS
   sock="$CLUSTER_DIR/run/containerd/containerd.sock"
   [ -S "$sock" ] || { echo "containerd socket $sock not found: run hack/cluster/up.sh" >&2; exit 1; }
-  for i in "${images[@]}"; do
-    # (ctr's output is shown only on failure: it warns about cgroup v1 on every call)
-    out="$("$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images import --platform linux/amd64 "$OUT/$i.tar" 2>&1)" ||
-      { echo "$out" >&2; exit 1; }
-    log "imported ${REF[$i]}"
-    if [ "$i" = busybox ]; then  # same local alias as hack/cluster/up.sh makes
-      out="$("$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images tag --force "${REF[busybox]}" docker.io/library/busybox:1.36 2>&1)" ||
+  # node 1's containerd and every extra node's (hack/cluster/node.sh)
+  socks=("$sock")
+  for s in "$CLUSTER_DIR"/nodes/*/run/containerd/containerd.sock; do [ -S "$s" ] && socks+=("$s"); done
+  for sock in "${socks[@]}"; do
+    for i in "${images[@]}"; do
+      # (ctr's output is shown only on failure: it warns about cgroup v1 on every call)
+      out="$("$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images import --platform linux/amd64 "$OUT/$i.tar" 2>&1)" ||
         { echo "$out" >&2; exit 1; }
-    fi
+      if [ "$i" = busybox ]; then  # same local alias as hack/cluster/up.sh makes
+        out="$("$BIN/ctr" --address "$(realpath "$sock")" -n k8s.io images tag --force "${REF[busybox]}" docker.io/library/busybox:1.36 2>&1)" ||
+          { echo "$out" >&2; exit 1; }
+      fi
+    done
+    log "imported ${#images[@]} images into $(realpath "$sock")"
   done
   summary+=("$(printf '%6d s  %s' $((SECONDS - start)) "import into the cluster")")
 fi

@@ -1,4 +1,5 @@
-// Package e2e proves pav on a real single-node Kubernetes (hack/cluster/up.sh):
+// Package e2e proves pav on a real Kubernetes on this machine (hack/cluster/up.sh; one node,
+// or three with NODES=3, for multinode_test.go's cross-node tests):
 // pav installed as a user installs it (install/: deploy/ with the local images),
 // the pav-e2e provisioner (pav-e2e/provisioner.yaml) applied alone and deployed
 // by the pav manager with the stock external-provisioner, real kubelet CSI calls,
