@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# hack/install-deps.sh — install the Debian packages the local single-node cluster needs.
+# hack/install-deps.sh — install the Debian packages the local cluster needs.
 #
 # Usage: hack/install-deps.sh            (as root; idempotent: installs only what is missing)
 #
 # Packages: runc (OCI runtime), containernetworking-plugins (bridge/host-local/portmap/loopback
 # in /usr/lib/cni), iptables, conntrack (kube-proxy), busybox-static (busybox image),
-# openssl (cluster certificates), util-linux/mount (losetup, mount, nsenter), procps, curl,
-# kmod, ca-certificates. Go and the Go module proxy are used by hack/build-tools.sh instead.
+# openssl (cluster certificates), util-linux/mount (losetup, mount, nsenter, unshare),
+# iproute2 (ip: the extra nodes' network namespaces, veths and routes), procps, curl, kmod,
+# ca-certificates. Go and the Go module proxy are used by hack/build-tools.sh instead.
 set -euo pipefail
 
 pkgs=(runc containernetworking-plugins iptables conntrack busybox-static openssl
-      util-linux mount procps curl kmod ca-certificates)
+      util-linux mount iproute2 procps curl kmod ca-certificates)
 
 missing=()
 for p in "${pkgs[@]}"; do
