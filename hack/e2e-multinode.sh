@@ -3,8 +3,8 @@
 # cluster of 3 nodes (make e2e-multinode; make e2e runs it after the suite on a 1-node cluster).
 #
 # On a cluster of fewer than 3 nodes it boots the missing extra nodes (hack/cluster/node.sh:
-# they import the current image archives), waits until every PavProvisioner is Ready on them
-# (its node plugin on every node), runs the tests with PAV_E2E_NODES=3 (so that a missing node
+# they import the current image archives), waits until every PavProvisioner's node plugin
+# (DaemonSet) is available on them, runs the tests with PAV_E2E_NODES=3 (so that a missing node
 # fails them instead of skipping them), and removes the nodes it booted, whatever happens:
 # the cluster is left with the nodes it had. On a cluster of 3 nodes or more it only runs the
 # tests. Env: PAV_CLUSTER_DIR as for hack/cluster/up.sh; GO (default go).
@@ -30,8 +30,7 @@ for n in 2 3; do
 done
 if [ ${#booted[@]} -gt 0 ]; then
   log "e2e-multinode: booted ${booted[*]} in $((SECONDS - T0)) s; waiting for every PavProvisioner's node plugins"
-  # A PavProvisioner is Ready once its DaemonSet runs on every node it schedules on.
-  kubectl_admin wait --for=condition=Ready pavprovisioners --all -A --timeout=300s >/dev/null
+  # Every provisioner's node plugin (its DaemonSet's pod) available on the new nodes too.
   for ds in $(kubectl_admin get daemonsets -A -l app.kubernetes.io/managed-by=pav-manager,app.kubernetes.io/component=node -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{" "}{end}'); do
     kubectl_admin -n "${ds%%/*}" rollout status "daemonset/${ds#*/}" --timeout=300s >/dev/null
   done

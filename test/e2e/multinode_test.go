@@ -96,12 +96,8 @@ func clusterNodes(t *testing.T, n int) []string {
 	}
 	var usable, other []string
 	for _, nd := range list.Items {
-		ready := false
-		for _, c := range nd.Status.Conditions {
-			ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
-		}
 		switch {
-		case !ready:
+		case !isReady(&nd):
 			other = append(other, nd.Name+" (not Ready)")
 		case nd.Spec.Unschedulable:
 			other = append(other, nd.Name+" (cordoned)")
@@ -476,25 +472,11 @@ func liveScript(claim, token string) string {
 // need not show in the restart count).
 func (e *env) waitReadSince(name string, since time.Time) string {
 	e.t.Helper()
-	var read string
 	since = since.Truncate(time.Second) // the API's timestamps have whole seconds
-	e.poll(fmt.Sprintf("client %s (started since %s) read its volume", name, since.Format(time.TimeOnly)), func() (bool, error) {
-		p, err := client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
-		if err != nil || !podReady(p) || len(p.Status.ContainerStatuses) == 0 {
-			return false, err
-		}
-		if r := p.Status.ContainerStatuses[0].State.Running; r == nil || r.StartedAt.Time.Before(since) {
-			return false, nil
-		}
-		for _, l := range strings.Split(e.logs(name), "\n") {
-			if s, ok := strings.CutPrefix(l, "read: "); ok {
-				read = s
-				return true, nil
-			}
-		}
-		return false, nil
+	return e.waitReadOf(name, "started since "+since.Format(time.TimeOnly), func(c corev1.ContainerStatus) bool {
+		r := c.State.Running
+		return r != nil && !r.StartedAt.Time.Before(since)
 	})
-	return read
 }
 
 // phaseRecord is what a test saw of one pav pod.
@@ -889,12 +871,17 @@ func nodeReady(ctx context.Context, node string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return isReady(n), nil
+}
+
+// isReady: the node's Ready condition is True.
+func isReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue, nil
+			return c.Status == corev1.ConditionTrue
 		}
 	}
-	return false, nil
+	return false
 }
 
 // TestNodeDown: node B is powered off (node.sh stop: every process of the node dies, its

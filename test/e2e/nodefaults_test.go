@@ -96,10 +96,20 @@ func (e *env) liveClient(name, claim, token string, block bool) {
 // restarts times) has printed what it read, and returns it.
 func (e *env) waitRead(name string, restarts int32) string {
 	e.t.Helper()
+	return e.waitReadOf(name, fmt.Sprintf("restarted ≥ %d times", restarts), func(c corev1.ContainerStatus) bool {
+		return c.RestartCount >= restarts
+	})
+}
+
+// waitReadOf waits until the client is Ready, its first container is the one current
+// says (described by which), and that container has printed what it read ("read: …");
+// it returns what was read.
+func (e *env) waitReadOf(name, which string, current func(corev1.ContainerStatus) bool) string {
+	e.t.Helper()
 	var read string
-	e.poll(fmt.Sprintf("client %s (restarted ≥ %d times) read its volume", name, restarts), func() (bool, error) {
+	e.poll(fmt.Sprintf("client %s (%s) read its volume", name, which), func() (bool, error) {
 		p, err := client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
-		if err != nil || !podReady(p) || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].RestartCount < restarts {
+		if err != nil || !podReady(p) || len(p.Status.ContainerStatuses) == 0 || !current(p.Status.ContainerStatuses[0]) {
 			return false, err
 		}
 		for _, l := range strings.Split(e.logs(name), "\n") {

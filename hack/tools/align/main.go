@@ -27,6 +27,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -114,13 +115,15 @@ func needed(mod string) (map[string]bool, error) {
 	cmd.Dir = mod
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("go mod edit -json in %s: %w", mod, err)
 	}
-	var n = map[string]bool{}
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); strings.HasPrefix(l, `"Path": `) {
-			n[strings.Trim(strings.TrimPrefix(l, `"Path": `), `",`)] = true
-		}
+	var gomod struct{ Require []struct{ Path string } }
+	if err := json.Unmarshal(out, &gomod); err != nil {
+		return nil, fmt.Errorf("go mod edit -json in %s: %w", mod, err)
+	}
+	n := map[string]bool{}
+	for _, r := range gomod.Require {
+		n[r.Path] = true
 	}
 	return n, nil
 }
