@@ -38,9 +38,10 @@ build:
 # once), for the chart's tests (internal/helmchart): helm lint, and helm template compared
 # with deploy/. HELM tells them which binary, and that a missing one is an error. Tests and
 # the benchmarks run in one go test: one race build and link per package, not two.
+# hack/go-test.sh ends a failed run with a summary of what failed (CI shows the tail).
 test:
 	hack/build-tools.sh helm
-	HELM=$(CURDIR)/_output/bin/helm $(GO) test -race -count=1 -bench . -benchtime 1x ./...
+	HELM=$(CURDIR)/_output/bin/helm GO=$(GO) hack/go-test.sh -race -count=1 -bench . -benchtime 1x ./...
 
 # MAX_FILE_BYTES: a tracked file larger than this is almost always a build output
 # or a data dump committed by mistake (a 78 MB binary once was); git keeps it in
@@ -136,7 +137,7 @@ e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=2 PAV_BENCH_REPS=1 $(GO) test -tags bench -count=1 -timeout 10m -v -run '^TestBench$$' ./test/bench/
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=20 PAV_SCALE_PVCS=10 PAV_SCALE_TIMEOUT=5m $(GO) test -tags scale -count=1 -timeout 10m -v -run '^TestScale$$' ./test/scale/
 	PAV_CLUSTER_DIR=$(CLUSTER_DIR) CONFORMANCE_OUT=$(CURDIR)/_output/conformance-smoke CONFORMANCE_FOCUS='$(CONFORMANCE_SMOKE)' hack/conformance.sh
-	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig $(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig GO=$(GO) GO_TEST_LOG=_output/e2e.log hack/go-test.sh -tags e2e -count=1 -timeout 40m -v ./test/e2e/
 	@if [ "$(NODES)" -lt 3 ]; then $(MAKE) --no-print-directory e2e-multinode; fi
 
 # e2e-multinode: the cross-node tests on 3 nodes; on a smaller cluster it boots nodes 2 and 3

@@ -208,19 +208,24 @@ func (s *Server) Sweep() {
 // of a staged volume no longer keeps it available (why(st) != ""). An
 // operation in progress on the volume is left alone: it is the one removing
 // the pod (unstaging, re-staging), or it verifies the staging itself.
+//
+// The volume is taken only when there is something to report: the state is
+// first read without it (state.json is replaced by a rename, so a read sees
+// a whole state), then again once taken. Every staging pod's events come
+// here, a completed pod's deletion among them; taking the volume for each
+// made a NodeStageVolume or NodeUnstageVolume that came at that moment fail
+// with Aborted, and the kubelet retry it after a back-off.
 func (s *Server) reportLost(handle string, why func(st *staged) string) {
+	dir := s.volumeDir(handle)
+	if reason, _ := lostReason(dir, why); reason == "" {
+		return
+	}
 	release, ok := s.busy.TryAcquire(handle)
 	if !ok {
 		return
 	}
 	defer release()
-	dir := s.volumeDir(handle)
-	st, err := readState(dir)
-	if err != nil || st == nil || !st.Staged || !st.KeepRunning || st.StagingPod == nil || st.StagingPod.UID == "" ||
-		st.LostReported == st.StagingPod.UID {
-		return
-	}
-	reason := why(st)
+	reason, st := lostReason(dir, why)
 	if reason == "" {
 		return
 	}
@@ -231,6 +236,18 @@ func (s *Server) reportLost(handle string, why func(st *staged) string) {
 	if err := writeState(dir, st); err != nil {
 		klog.ErrorS(err, "Cannot record that the loss of the staging was reported", "handle", handle)
 	}
+}
+
+// lostReason reads a volume's state and says why its KeepRunning staging pod
+// no longer keeps it available, if it is staged, that was not reported yet for
+// this pod, and why(st) says so; else "".
+func lostReason(dir string, why func(st *staged) string) (string, *staged) {
+	st, err := readState(dir)
+	if err != nil || st == nil || !st.Staged || !st.KeepRunning || st.StagingPod == nil || st.StagingPod.UID == "" ||
+		st.LostReported == st.StagingPod.UID {
+		return "", nil
+	}
+	return why(st), st
 }
 
 // healthOf is NodeGetVolumeStats' and NodeGetVolumeHealth's view of a

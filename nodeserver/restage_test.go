@@ -504,3 +504,47 @@ func TestStageFinality(t *testing.T) {
 		})
 	}
 }
+
+// TestReportLostLeavesTheVolumeFree: the staging pods' events (a completed pod's
+// deletion, a live one's changes) do not take the volume unless there is a loss
+// to report, so that a NodeStageVolume or NodeUnstageVolume made at that moment
+// is not refused with Aborted (it once was, in make test on a loaded machine).
+func TestReportLostLeavesTheVolumeFree(t *testing.T) {
+	srv := &Server{NodeID: "node-1", StateDir: t.TempDir()}
+	live := &podID{Namespace: "pav", Name: "p", UID: "u-1"}
+	for _, tc := range []struct {
+		name string
+		st   *staged
+	}{
+		{"no state", nil},
+		{"completed staging pod", &staged{Handle: "v", Staged: true, StagingPod: &podID{Namespace: "pav", Name: "p", UID: "u-1", Deleting: true}}},
+		{"live staging pod, still serving", &staged{Handle: "v", Staged: true, KeepRunning: true, StagingPod: live}},
+		{"loss reported already", &staged{Handle: "v", Staged: true, KeepRunning: true, StagingPod: live, LostReported: "u-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := srv.volumeDir("v")
+			_ = os.RemoveAll(dir)
+			if tc.st != nil {
+				if err := os.MkdirAll(dir, 0o750); err != nil {
+					t.Fatal(err)
+				}
+				if err := writeState(dir, tc.st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv.reportLost("v", func(*staged) string {
+				release, ok := srv.busy.TryAcquire("v")
+				if !ok {
+					t.Error("the volume was taken before knowing there is a loss to report")
+				}
+				release()
+				return ""
+			})
+			release, ok := srv.busy.TryAcquire("v")
+			if !ok {
+				t.Fatal("the volume is still taken")
+			}
+			release()
+		})
+	}
+}
