@@ -11,7 +11,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
 
-TESTS='^(TestVolumeMovesBetweenNodes|TestNodeLocalTopologyChoice|TestReadWriteManyOnThreeNodes|TestNodeDown|TestDrain)$'
+TESTS='^(TestVolumeMovesBetweenNodes|TestNodeLocalTopologyChoice|TestReadWriteManyOnThreeNodes|TestObjectBucketAcrossNodes|TestNodeDown|TestDrain)$'
 T0=$SECONDS
 NODE1="$(node1_name)"
 booted=()

@@ -461,6 +461,35 @@ func TestExampleEncryptedFS(t *testing.T) {
 	t.Logf("TestExampleEncryptedFS took %v", time.Since(start).Round(time.Second))
 }
 
+// objectBucketEnv waits for the object-bucket example's driver, starts its in-cluster
+// store (store.yaml, removed with the test) and returns the test's env and the
+// StorageClass parameters that reach the store.
+func objectBucketEnv(t *testing.T) (*env, map[string]string) {
+	t.Helper()
+	waitExample(t, "object-bucket")
+	store := filepath.Join(repo, "examples", "object-bucket", "store.yaml")
+	kubectl(t, "apply", "-f", store)
+	// Registered before newEnv, so it runs after the test namespace (and its claims,
+	// whose deletion pods need the store) is gone.
+	t.Cleanup(func() {
+		if out, err := kubectlCmd("delete", "--ignore-not-found", "--wait", "--timeout=120s", "-f", store).CombinedOutput(); err != nil {
+			t.Errorf("deleting the store: %v\n%s", err, out)
+		}
+	})
+	e := newEnv(t)
+	e.poll("the object store ready", func() (bool, error) {
+		d, err := client.AppsV1().Deployments(storeNamespace).Get(e.ctx, "object-store", metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == 1 && d.Status.UpdatedReplicas == 1, err
+	})
+	svc, err := client.CoreV1().Services(storeNamespace).Get(e.ctx, "object-store", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No cluster DNS here: the Service's cluster IP instead of object-store.pav-object-store.svc.
+	return e, map[string]string{"endpoint": "http://" + svc.Spec.ClusterIP + ":9000",
+		"secretName": "object-store-credentials", "secretNamespace": storeNamespace}
+}
+
 // s3 runs a shell script in the example store's pod, where rclone reaches the store's own
 // S3 API with its credentials through the remote that s3path(path) names, as
 // usage-static.yaml shows.
@@ -502,28 +531,7 @@ func staticExamplePV(e *env, driverName, name, handle, size string, access corev
 // to stage; deleting the dynamic claim removes its bucket, the static bucket stays.
 func TestExampleObjectBucket(t *testing.T) {
 	start := time.Now()
-	waitExample(t, "object-bucket")
-	store := filepath.Join(repo, "examples", "object-bucket", "store.yaml")
-	kubectl(t, "apply", "-f", store)
-	// Registered before newEnv, so it runs after the test namespace (and its claims,
-	// whose deletion pods need the store) is gone.
-	t.Cleanup(func() {
-		if out, err := kubectlCmd("delete", "--ignore-not-found", "--wait", "--timeout=120s", "-f", store).CombinedOutput(); err != nil {
-			t.Errorf("deleting the store: %v\n%s", err, out)
-		}
-	})
-	e := newEnv(t)
-	e.poll("the object store ready", func() (bool, error) {
-		d, err := client.AppsV1().Deployments(storeNamespace).Get(e.ctx, "object-store", metav1.GetOptions{})
-		return err == nil && d.Status.ReadyReplicas == 1 && d.Status.UpdatedReplicas == 1, err
-	})
-	svc, err := client.CoreV1().Services(storeNamespace).Get(e.ctx, "object-store", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No cluster DNS here: the Service's cluster IP instead of object-store.pav-object-store.svc.
-	params := map[string]string{"endpoint": "http://" + svc.Spec.ClusterIP + ":9000",
-		"secretName": "object-store-credentials", "secretNamespace": storeNamespace}
+	e, params := objectBucketEnv(t)
 	sc := e.exampleSC("object-bucket", params, storagev1.VolumeBindingImmediate)
 
 	e.claim("shared", sc, claimOpts{size: "1Gi", access: corev1.ReadWriteMany})

@@ -264,12 +264,16 @@ func (e *env) waitEvent(kind, name, reason string, within time.Duration, substri
 }
 
 // clientPod runs a busybox pod with the claims mounted at /data/<claim> (or
-// attached at /dev/<claim> for Block) and the given shell script.
+// attached at /dev/<claim> for Block) and the given shell script, on node 1 (this
+// machine): the suite's checks look at its mounts, devices and files, so on a
+// cluster of several nodes its clients run there too (the cross-node tests place
+// their own, pinnedSpec).
 func (e *env) clientPod(name, script string, claims ...string) *corev1.Pod {
 	e.t.Helper()
 	c := corev1.Container{Name: "client", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sh", "-c", script}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1))}}
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1)),
+			NodeSelector: map[string]string{hostnameKey: hostNode()}}}
 	for _, cl := range claims {
 		pvc, err := client.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, cl, metav1.GetOptions{})
 		if err != nil {
