@@ -97,7 +97,8 @@ func (e *env) runPrivileged(name, image, script string, claims ...string) string
 	c := corev1.Container{Name: "inspect", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sh", "-c", script},
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1))}}
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1)),
+			NodeSelector: map[string]string{hostnameKey: hostNode()}}} // as clientPod's
 	for _, cl := range claims {
 		pvc, err := client.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, cl, metav1.GetOptions{})
 		if err != nil {
@@ -166,13 +167,15 @@ func loopDevicesOf(t *testing.T, file string) []string {
 	return strings.Fields(string(out))
 }
 
+// nodeName is node 1 of the local cluster, this machine: where the suite's client pods
+// run (clientPod), so where their volumes are staged and checked.
 func nodeName(t *testing.T) string {
 	t.Helper()
-	nodes, err := client.CoreV1().Nodes().List(bgCtx(), metav1.ListOptions{})
-	if err != nil || len(nodes.Items) != 1 {
-		t.Fatalf("want the single node of the local cluster: %v", err)
+	n := hostNode()
+	if _, err := client.CoreV1().Nodes().Get(bgCtx(), n, metav1.GetOptions{}); err != nil {
+		t.Fatalf("node 1 of the local cluster, where the suite's clients run: %v", err)
 	}
-	return nodes.Items[0].Name
+	return n
 }
 
 // kubectlCmd is the cluster's kubectl with args.

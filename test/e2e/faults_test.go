@@ -5,7 +5,7 @@ package e2e
 // The fault-injection suite, controller side (issue 12): a hostile tenant and
 // an unlucky operator against the real cluster. After each case: every phase's
 // pod ran exactly once for the volume (the pav-e2e pods count their runs in
-// /var/lib/pav-e2e/runs), and nothing is left: no pod, record, PV, state
+// /srv/pav-e2e/runs), and nothing is left: no pod, record, PV, state
 // directory or mount.
 
 import (

@@ -30,9 +30,13 @@ import (
 )
 
 const (
-	driver     = "pav-e2e"
-	busybox    = "docker.io/library/busybox:1.36"
-	markers    = "/var/lib/pav-e2e"
+	driver  = "pav-e2e"
+	busybox = "docker.io/library/busybox:1.36"
+	// markers is pav-e2e's "backend" and the record of its pods' runs: outside /var/lib,
+	// so that every node of a multi-node local cluster sees the same directory, as it
+	// would network storage (hack/cluster gives each extra node its own /var/lib only).
+	// pav-e2e declares no topology: a volume made on one node must serve on any other.
+	markers    = "/srv/pav-e2e"
 	volumesDir = "/var/lib/kubelet/plugins/" + driver + "/volumes"
 )
 
@@ -88,11 +92,13 @@ func waitProvisionerReadyIn(ctx context.Context, ns, name string, within time.Du
 				return false, nil
 			}
 		}
-		nodes, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
-		if err != nil || len(nodes.Items) == 0 {
+		// Node 1's CSINode: the suite's clients run there (the cross-node tests wait
+		// for the other nodes themselves, waitDriverOnNodes).
+		csiNode, err := client.StorageV1().CSINodes().Get(ctx, hostNode(), metav1.GetOptions{})
+		if err != nil {
 			return false, nil
 		}
-		for _, d := range nodes.Items[0].Spec.Drivers {
+		for _, d := range csiNode.Spec.Drivers {
 			if d.Name == name {
 				return true, nil
 			}

@@ -9,7 +9,7 @@ package e2e
 // kubelet started) for a mounted Filesystem volume and a loop-device Block
 // volume whose loop minor meanwhile went to another file. The volumes use
 // pav-e2e's "backend" scenario, whose data lives outside /pav (a directory or
-// an image file in /var/lib/pav-e2e/backend), as a real backend's would: a
+// an image file in /srv/pav-e2e/backend), as a real backend's would: a
 // restarted or new client must get its real data back. After each case: each
 // phase's pod ran as often as it must, and nothing is left (pods, PV, record,
 // state directory, mounts, loop devices, backend data).
@@ -84,7 +84,8 @@ func (e *env) liveClient(name, claim, token string, block bool) {
 	c.Command = []string{"sh", "-c", script}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: ptr(int64(1)),
-			Containers: []corev1.Container{c},
+			NodeSelector: map[string]string{hostnameKey: hostNode()}, // as clientPod's
+			Containers:   []corev1.Container{c},
 			Volumes: []corev1.Volume{{Name: claim, VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}}
 	if _, err := client.CoreV1().Pods(e.ns).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -164,11 +165,7 @@ func (e *env) stagingPodNow(handle string) *corev1.Pod {
 
 func (e *env) nodeName() string {
 	e.t.Helper()
-	nodes, err := client.CoreV1().Nodes().List(e.ctx, metav1.ListOptions{})
-	if err != nil || len(nodes.Items) != 1 {
-		e.t.Fatalf("nodes: %v", err)
-	}
-	return nodes.Items[0].Name
+	return nodeName(e.t)
 }
 
 // loopsOf lists the loop devices attached to a file whose path holds s.
