@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/podrunner"
@@ -78,20 +77,13 @@ func requireSnapshotCRDs(t *testing.T) {
 	t.Fatalf("no running snapshot-controller pod: VolumeSnapshots would never be bound (make cluster-up installs it)")
 }
 
-// expandableSC is exampleSC with allowVolumeExpansion: true.
+// expandableSC is exampleSCAt with allowVolumeExpansion: true, on node 1 (whose files
+// the expansion tests check).
 func (e *env) expandableSC(provisioner string, binding storagev1.VolumeBindingMode) string {
 	e.t.Helper()
-	name := e.ns + "-" + provisioner + "-x" + strings.ToLower(rand.String(4))
-	reclaim := corev1.PersistentVolumeReclaimDelete
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: provisioner,
-		ReclaimPolicy: &reclaim, VolumeBindingMode: &binding, AllowVolumeExpansion: ptr(true)}
-	if _, err := client.StorageV1().StorageClasses().Create(e.ctx, sc, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		_ = client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	return name
+	sc := e.newSC(provisioner, nil, binding, hostNode())
+	sc.AllowVolumeExpansion = ptr(true)
+	return e.createSC(sc)
 }
 
 // snapshotClass makes a VolumeSnapshotClass of a driver (deletionPolicy Delete), deleted
