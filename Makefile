@@ -138,7 +138,21 @@ e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=20 PAV_SCALE_PVCS=10 PAV_SCALE_TIMEOUT=5m $(GO) test -tags scale -count=1 -timeout 10m -v -run '^TestScale$$' ./test/scale/
 	PAV_CLUSTER_DIR=$(CLUSTER_DIR) CONFORMANCE_OUT=$(CURDIR)/_output/conformance-smoke CONFORMANCE_FOCUS='$(CONFORMANCE_SMOKE)' hack/conformance.sh
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig GO=$(GO) GO_TEST_LOG=_output/e2e.log hack/go-test.sh -tags e2e -count=1 -timeout 40m -v ./test/e2e/
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SOAK=1 SOAK_LIFECYCLES=6 SOAK_CONCURRENCY=3 SOAK_FAULTS=controller,phasepod GO=$(GO) GO_TEST_LOG=_output/soak-smoke.log hack/go-test.sh -tags e2e -count=1 -timeout 15m -v -run '^TestSoak$$' ./test/e2e/
 	@if [ "$(NODES)" -lt 3 ]; then $(MAKE) --no-print-directory e2e-multinode; fi
+
+# soak: volume lifecycles under random faults on the local cluster (test/e2e/soak_test.go;
+# docs/development.md#the-soak), outside make ci; make e2e runs a smoke form (6 lifecycles,
+# two kinds of fault). SOAK_SEED (default: the time, printed) replays a run's schedule;
+# SOAK_FAULTS (default: all) is a comma-separated list of controller, node, manager,
+# kubelet, apiserver, phasepod, or none.
+SOAK_LIFECYCLES  ?= 200
+SOAK_CONCURRENCY ?= 4
+SOAK_SEED        ?=
+SOAK_FAULTS      ?=
+.PHONY: soak
+soak: e2e-setup
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SOAK=1 SOAK_LIFECYCLES='$(SOAK_LIFECYCLES)' SOAK_CONCURRENCY='$(SOAK_CONCURRENCY)' SOAK_SEED='$(SOAK_SEED)' SOAK_FAULTS='$(SOAK_FAULTS)' GO=$(GO) GO_TEST_LOG=_output/soak.log hack/go-test.sh -tags e2e -count=1 -timeout 8h -v -run '^TestSoak$$' ./test/e2e/
 
 # e2e-multinode: the cross-node tests on 3 nodes; on a smaller cluster it boots nodes 2 and 3
 # for them and removes them afterwards (hack/e2e-multinode.sh). make e2e runs it when NODES < 3
