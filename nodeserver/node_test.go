@@ -431,7 +431,8 @@ func loopVolume(t *testing.T, size int64) func(string) error {
 	return func(dir string) error {
 		dev, err := fakekubelet.AttachLoop(dir, size)
 		if dev != "" {
-			t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+			img := filepath.Join(dir, "backing.img")
+			t.Cleanup(func() { fakekubelet.DetachFile(img) })
 		}
 		return err
 	}

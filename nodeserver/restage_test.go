@@ -229,7 +229,8 @@ func loopStaging(t *testing.T) map[v1alpha1.Phase]podAction {
 		v1alpha1.PhaseStaging: {outcome: fakekubelet.Outcome{Kind: fakekubelet.Succeed}, onStart: func(dir string) error {
 			dev, err := fakekubelet.AttachLoop(dir, 1<<20)
 			if dev != "" {
-				t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+				img := filepath.Join(dir, "backing.img")
+				t.Cleanup(func() { fakekubelet.DetachFile(img) })
 				_ = os.WriteFile(filepath.Join(dir, "loop"), []byte(dev), 0o600)
 				_ = os.WriteFile(filepath.Join(dir, "diskseq"), []byte(diskseq(dev)), 0o600)
 			}
@@ -266,7 +267,7 @@ func attachDecoy(t *testing.T, dev string) string {
 	if out, err := exec.Command("losetup", dev, decoy).CombinedOutput(); err != nil {
 		t.Fatalf("losetup %s: %v: %s", dev, err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+	t.Cleanup(func() { fakekubelet.DetachFile(decoy) })
 	return decoy
 }
 

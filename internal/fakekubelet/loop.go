@@ -49,3 +49,21 @@ func GrowLoop(pavDir string, size int64) error {
 	}
 	return nil
 }
+
+// DetachFile detaches every loop device whose backing file is path, even once
+// path was removed (the device keeps the inode; losetup then lists the path
+// with " (deleted)"): a test's clean-up that names its file, not a device
+// number, never detaches a device that another test (or package, running at
+// the same time) attached since, and leaves none of its own.
+func DetachFile(path string) {
+	out, err := exec.Command("losetup", "--noheadings", "--list", "--output", "NAME,BACK-FILE").Output()
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		dev, back, ok := strings.Cut(strings.TrimSpace(l), " ")
+		if ok && strings.TrimSuffix(strings.TrimSpace(back), " (deleted)") == path {
+			_ = exec.Command("losetup", "-d", dev).Run()
+		}
+	}
+}

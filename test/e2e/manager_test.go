@@ -376,9 +376,14 @@ func TestManagerKilledConverges(t *testing.T) {
 		}
 	}
 	t.Logf("both Ready %v after the manager was killed", time.Since(start).Round(100*time.Millisecond))
+	// One controller plugin, and one node plugin per node.
 	pods, _ := client.CoreV1().Pods("pav").List(e.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
-	if len(pods.Items) != 2 {
-		t.Errorf("%d driver pods for %s, want 2", len(pods.Items), name)
+	nodes, err := client.CoreV1().Nodes().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + len(nodes.Items); len(pods.Items) != want {
+		t.Errorf("%d driver pods for %s, want %d (a controller plugin, and a node plugin on each of %d nodes)", len(pods.Items), name, want, len(nodes.Items))
 	}
 }
 

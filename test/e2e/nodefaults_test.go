@@ -124,10 +124,12 @@ func (e *env) waitReadOf(name, which string, current func(corev1.ContainerStatus
 	return read
 }
 
-// nodePlugin is the running pod of pav-e2e's node plugin.
+// nodePlugin is the running pod of pav-e2e's node plugin on node 1 (where the suite's
+// clients run).
 func (e *env) nodePlugin() *corev1.Pod {
 	e.t.Helper()
-	pods, err := client.CoreV1().Pods("pav").List(e.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + driver + ",app.kubernetes.io/component=node"})
+	pods, err := client.CoreV1().Pods("pav").List(e.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + driver + ",app.kubernetes.io/component=node",
+		FieldSelector: "spec.nodeName=" + hostNode()})
 	if err != nil || len(pods.Items) != 1 {
 		e.t.Fatalf("node plugin pod: %v (%d)", err, len(pods.Items))
 	}
@@ -143,7 +145,8 @@ func (e *env) killNodePlugin() {
 		e.t.Fatal(err)
 	}
 	e.poll("a new node plugin pod ready", func() (bool, error) {
-		pods, err := client.CoreV1().Pods("pav").List(e.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + driver + ",app.kubernetes.io/component=node"})
+		pods, err := client.CoreV1().Pods("pav").List(e.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + driver + ",app.kubernetes.io/component=node",
+			FieldSelector: "spec.nodeName=" + old.Spec.NodeName})
 		if err != nil {
 			return false, err
 		}
@@ -376,6 +379,7 @@ func TestNodeReboot(t *testing.T) {
 				t.Fatalf("loop devices of the volume: %v", loops)
 			}
 
+			var decoy string // another volume's file, on the freed minor (Block)
 			e.reboot(func() {
 				killPodContainers(t, killed...)
 				// kubelet keeps a mapped Block volume open through a loop device of
@@ -391,7 +395,7 @@ func TestNodeReboot(t *testing.T) {
 				}
 				if tc.block {
 					// Another volume's file takes the freed minor.
-					decoy := filepath.Join(t.TempDir(), "other-volume.img")
+					decoy = filepath.Join(t.TempDir(), "other-volume.img")
 					if err := os.WriteFile(decoy, []byte("pav-e2e-someone-else"), 0o600); err != nil {
 						t.Fatal(err)
 					}
@@ -407,7 +411,8 @@ func TestNodeReboot(t *testing.T) {
 				t.Fatalf("the restarted client read %q, want its data %q", got, token)
 			}
 			if tc.block {
-				if l := loopsOf("other-volume.img"); len(l) != 1 || l[0] != loops[0] {
+				// Its whole path: a file of the same name elsewhere (another test's) is not it.
+				if l := loopsOf(decoy); len(l) != 1 || l[0] != loops[0] {
 					t.Fatalf("the other file's loop device was touched: %v", l)
 				}
 			}

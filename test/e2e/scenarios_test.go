@@ -302,7 +302,7 @@ func TestCSISanityOnCluster(t *testing.T) {
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("controller pod: %v (%d)", err, len(pods.Items))
 	}
-	ctrlSock, err := findSocket(string(pods.Items[0].UID))
+	ctrlSock, err := findSocket(pods.Items[0].Spec.NodeName, string(pods.Items[0].UID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,8 +343,9 @@ func TestCSISanityOnCluster(t *testing.T) {
 }
 
 // findSocket finds the controller's csi.sock in its pod's emptyDir on the host.
-func findSocket(podUID string) (string, error) {
-	matches, _ := filepath.Glob(filepath.Join("/var/lib/kubelet/pods", podUID, "volumes", "kubernetes.io~empty-dir", "*", "csi.sock"))
+func findSocket(node, podUID string) (string, error) {
+	// On another node of the local cluster, its kubelet's directory is that node's disk here.
+	matches, _ := filepath.Glob(onNode(node, filepath.Join("/var/lib/kubelet/pods", podUID, "volumes", "kubernetes.io~empty-dir", "*", "csi.sock")))
 	if len(matches) != 1 {
 		return "", fmt.Errorf("controller socket of pod %s: found %v", podUID, matches)
 	}
