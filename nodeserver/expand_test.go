@@ -253,9 +253,12 @@ func TestNodeExpandBlock(t *testing.T) {
 			if err := os.Remove(filepath.Join(dir, "volume")); err != nil {
 				return err
 			}
-			if err := os.Rename(filepath.Join(dir, "backing.img"), filepath.Join(dir, "old.img")); err != nil {
+			old := filepath.Join(dir, "old.img")
+			if err := os.Rename(filepath.Join(dir, "backing.img"), old); err != nil {
 				return err
 			}
+			t.Cleanup(func() { fakekubelet.DetachFile(old) }) // the old device's file has a new name
+
 			return loopVolume(t, 3*mi)(dir)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pods-as-volumes/pav/internal/fakekubelet"
 )
 
 func TestBootID(t *testing.T) {
@@ -112,7 +114,7 @@ func TestIdentifyLoopDevice(t *testing.T) {
 		if dev == "" {
 			dev = strings.TrimSpace(string(out))
 		}
-		t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+		t.Cleanup(func() { fakekubelet.DetachFile(f) })
 		return dev
 	}
 	dev := attach("a.img", 1<<20, "")
