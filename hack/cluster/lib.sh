@@ -70,6 +70,14 @@ pid_of() {
 
 node1_name() { echo "${PAV_NODE_NAME:-$(hostname | tr 'A-Z' 'a-z')}"; }
 
+# CLOSE_FDS_EXEC: a `bash -c` script that closes every inherited descriptor beyond 0-2, then
+# execs its arguments (same pid). A node booted under a caller's lock (the e2e suite's
+# TestNodeDown restarts one under `flock /tmp/pav-cluster.lock`) would otherwise hold the
+# lock for as long as the node runs.
+# shellcheck disable=SC2016
+CLOSE_FDS_EXEC='for fd in /proc/$$/fd/*; do fd=${fd##*/}
+  if [ "$fd" -gt 2 ] && [ -e "/proc/$$/fd/$fd" ]; then eval "exec $fd>&-"; fi; done; exec "$@"'
+
 # put FILE: write stdin to FILE only if the content changed (kube-proxy exits when its
 # config file changes, so a second up.sh must not rewrite it).
 put() {

@@ -204,8 +204,9 @@ start() {
   since="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "==== $(date -Is) boot" >> "$N_LOGS/init.log"
   # setsid: the node outlives this script; --kill-child: killing the unshare process kills
-  # the node's PID 1, and with it every process in the node's PID namespace.
-  API_IP="$API_IP" setsid nsenter --net="/run/netns/$NETNS" \
+  # the node's PID 1, and with it every process in the node's PID namespace. No descriptor
+  # of this script's caller is kept (CLOSE_FDS_EXEC).
+  API_IP="$API_IP" setsid bash -c "$CLOSE_FDS_EXEC" close-fds nsenter --net="/run/netns/$NETNS" \
     unshare --mount --uts --pid --fork --mount-proc --propagation private --kill-child=SIGKILL \
     "$ROOT/hack/cluster/node.sh" _init "$NAME" >> "$N_LOGS/init.log" 2>&1 < /dev/null &
   echo $! > "$INIT_PID"
