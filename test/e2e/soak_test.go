@@ -164,12 +164,11 @@ type soakFault struct {
 }
 
 type soak struct {
-	e          *env
-	t          *testing.T
-	set        soakSettings
-	nodes      []string
-	classes    [2]string // quick, slow
-	markerDirs []string
+	e       *env
+	t       *testing.T
+	set     soakSettings
+	nodes   []string
+	classes [2]string // quick, slow
 
 	mu         sync.Mutex
 	violations []string
@@ -197,7 +196,6 @@ func TestSoak(t *testing.T) {
 	s := &soak{e: e, t: t, set: set, nodes: nodes, seen: map[string]bool{}, byKey: map[string]*soakVolume{}}
 	s.classes[0] = e.storageClass(nil, corev1.PersistentVolumeReclaimDelete)
 	s.classes[1] = e.storageClass(map[string]string{"createSleep": "3", "deleteSleep": "3", "unstageSleep": "3"}, corev1.PersistentVolumeReclaimDelete)
-	s.markerDirs = soakMarkerDirs(nodes)
 	e.waitDriverOnNodes(driver, nodes)
 	t.Logf("soak: nodes %v, namespace %s", nodes, e.ns)
 
@@ -250,36 +248,6 @@ func TestSoak(t *testing.T) {
 	if len(s.violations) > 0 {
 		t.Errorf("%d violations (replay with SOAK_SEED=%d):\n%s", len(s.violations), set.seed, strings.Join(s.violations, "\n"))
 	}
-}
-
-// soakMarkerDirs are the directories where pav-e2e's pods count their runs, as seen from
-// here, one per node whose view differs: the markers' directory on each node, and the one
-// a cluster deployed before the markers moved to /srv still writes (per node, in its
-// /var/lib). A pod writes in exactly one, so the runs of a phase are the sum.
-func soakMarkerDirs(nodes []string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, n := range nodes {
-		for _, d := range []string{markers, "/var/lib/pav-e2e"} {
-			if p := onNode(n, d); !seen[p] {
-				seen[p] = true
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
-// runsEverywhere is runs (faults_test.go) summed over every node's markers.
-func (s *soak) runsEverywhere(phase, key string) int {
-	n := 0
-	for _, d := range s.markerDirs {
-		b, err := os.ReadFile(filepath.Join(d, "runs", phase, key))
-		if err == nil {
-			n += strings.Count(string(b), "run\n")
-		}
-	}
-	return n
 }
 
 // violate records a violation once (the final checks repeat the ones made during the run).
@@ -733,7 +701,7 @@ func (s *soak) checkRuns(v *soakVolume) {
 		if ph == "creation" {
 			key = v.pv
 		}
-		n := s.runsEverywhere(ph, key)
+		n := runs(ph, key) // markers: one directory every node shares
 		extra := deleted[ph] + deleted[soakRevert[ph]]
 		switch {
 		case n < 1 || n > 1+extra:
