@@ -290,6 +290,17 @@ func transient(err error) bool {
 	return c >= 500 || c == 429 || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
+// apiCreate is apiRetry of a create: an object already there (made by an earlier try whose
+// answer was lost in an API-server outage) is the one wanted.
+func apiCreate(ctx context.Context, create func(context.Context) error) error {
+	return apiRetry(ctx, func(ctx context.Context) error {
+		if err := create(ctx); !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	})
+}
+
 // apiRetry runs call until it succeeds, fails for good, or a step's time is up: the
 // injector takes the API server down, and the soak's own requests must outlive that.
 func apiRetry(ctx context.Context, call func(context.Context) error) error {
@@ -355,11 +366,8 @@ func (s *soak) lifecycle(ctx context.Context, id int, p soakLifecyclePlan) {
 	}
 	created := time.Now()
 	pvc := e.soakClaim(v.claim, sc)
-	if err := apiRetry(ctx, func(ctx context.Context) error {
+	if err := apiCreate(ctx, func(ctx context.Context) error {
 		_, err := client.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, pvc, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
 		return err
 	}); err != nil {
 		s.violate(v, "creating the claim: %v", err)
@@ -398,11 +406,8 @@ echo "sum: $(md5sum < $d/data | cut -d' ' -f1)"; echo "files: $(ls $d | tr '\n' 
 				Command: []string{"sh", "-c", script}, VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/data/" + v.claim}}}},
 			Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.claim}}}}}}
-		if err := apiRetry(ctx, func(ctx context.Context) error {
+		if err := apiCreate(ctx, func(ctx context.Context) error {
 			_, err := client.CoreV1().Pods(e.ns).Create(ctx, spec, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				return nil
-			}
 			return err
 		}); err != nil {
 			s.violate(v, "creating the client: %v", err)
