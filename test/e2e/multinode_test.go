@@ -228,34 +228,37 @@ func phasePodsKeyed(provisioner, phase, key string) []corev1.Pod {
 func (e *env) waitUnstagedOn(provisioner string, pv *corev1.PersistentVolume, node string) {
 	e.t.Helper()
 	handle := pv.Spec.CSI.VolumeHandle
-	dir := nodeserver.VolumeDir(pluginVolumes(provisioner), handle)
 	e.poll(fmt.Sprintf("volume %s unstaged on node %s", handle, node), func() (bool, error) {
 		for _, ph := range []string{"staging", "unstaging"} {
 			if ps := phasePodsKeyed(provisioner, ph, handle+"@"+node); len(ps) > 0 {
 				return false, fmt.Errorf("%s pod %s/%s still there", ph, ps[0].Namespace, ps[0].Name)
 			}
 		}
-		if _, err := os.Stat(onNode(node, dir)); !os.IsNotExist(err) {
-			return false, fmt.Errorf("state directory %s still on the node (%v)", dir, err)
-		}
-		m, err := volumeMounts(node, provisioner, pv)
-		if err != nil || len(m) > 0 {
-			return false, fmt.Errorf("mounts left on the node: %v (%v)", m, err)
-		}
-		return true, nil
+		err := stagingLeftOn(provisioner, pv, node)
+		return err == nil, err
 	})
+}
+
+// stagingLeftOn says what of a volume's staging is left on a node's disk and in its mount
+// namespace (its state directory, its mounts), or nil.
+func stagingLeftOn(provisioner string, pv *corev1.PersistentVolume, node string) error {
+	dir := nodeserver.VolumeDir(pluginVolumes(provisioner), pv.Spec.CSI.VolumeHandle)
+	if _, err := os.Stat(onNode(node, dir)); !os.IsNotExist(err) {
+		return fmt.Errorf("state directory %s still on the node (%v)", dir, err)
+	}
+	m, err := volumeMounts(node, provisioner, pv)
+	if err != nil || len(m) > 0 {
+		return fmt.Errorf("mounts left on the node: %v (%v)", m, err)
+	}
+	return nil
 }
 
 // assertNothingOnNodes checks that no node has a state directory or a mount of a volume.
 func (e *env) assertNothingOnNodes(provisioner string, pv *corev1.PersistentVolume, nodes []string) {
 	e.t.Helper()
-	dir := nodeserver.VolumeDir(pluginVolumes(provisioner), pv.Spec.CSI.VolumeHandle)
 	for _, n := range nodes {
-		if _, err := os.Stat(onNode(n, dir)); !os.IsNotExist(err) {
-			e.t.Errorf("node %s: state directory %s of volume %s left (%v)", n, dir, pv.Spec.CSI.VolumeHandle, err)
-		}
-		if m, err := volumeMounts(n, provisioner, pv); err != nil || len(m) > 0 {
-			e.t.Errorf("node %s: mounts of volume %s left: %v (%v)", n, pv.Spec.CSI.VolumeHandle, m, err)
+		if err := stagingLeftOn(provisioner, pv, n); err != nil {
+			e.t.Errorf("node %s, volume %s: %v", n, pv.Spec.CSI.VolumeHandle, err)
 		}
 	}
 }

@@ -494,13 +494,7 @@ echo "sum: $(md5sum < $d/data | cut -d' ' -f1)"; echo "files: $(ls $d | tr '\n' 
 	}
 	s.op("delete→PV gone", deleted)
 	v.gone = true
-	if err := until(ctx, soakStep, func(ctx context.Context) (bool, error) {
-		left, err := s.leftOf(ctx, v)
-		if err == nil && len(left) > 0 {
-			err = errors.New(strings.Join(left, "; "))
-		}
-		return err == nil, err
-	}); err != nil {
+	if err := s.waitNothingLeft(ctx, v); err != nil {
 		s.violate(v, "left after its deletion: %v", err)
 	}
 	s.checkRuns(v)
@@ -642,15 +636,20 @@ func (s *soak) unstagedOn(ctx context.Context, v *soakVolume, pv *corev1.Persist
 			return false, fmt.Errorf("%s pod %s/%s still there", p.Labels[podrunner.LabelPhase], p.Namespace, p.Name)
 		}
 	}
-	dir := nodeserver.VolumeDir(pluginVolumes(driver), v.handle)
-	if _, err := os.Stat(onNode(node, dir)); !os.IsNotExist(err) {
-		return false, fmt.Errorf("state directory %s still on the node (%v)", dir, err)
-	}
-	m, err := volumeMounts(node, driver, pv)
-	if err != nil || len(m) > 0 {
-		return false, fmt.Errorf("mounts left on the node: %v (%v)", m, err)
-	}
-	return true, nil
+	err = stagingLeftOn(driver, pv, node)
+	return err == nil, err
+}
+
+// waitNothingLeft waits until nothing of a deleted volume is left (leftOf), or a step's
+// time is up; the error then says what is left.
+func (s *soak) waitNothingLeft(ctx context.Context, v *soakVolume) error {
+	return until(ctx, soakStep, func(ctx context.Context) (bool, error) {
+		left, err := s.leftOf(ctx, v)
+		if err == nil && len(left) > 0 {
+			err = errors.New(strings.Join(left, "; "))
+		}
+		return err == nil, err
+	})
 }
 
 // leftOf lists what is left of a deleted volume: pods, record, PV; its state directory on
@@ -726,13 +725,7 @@ func (s *soak) finalChecks(ctx context.Context) {
 		s.violate(nil, "pav-e2e not ready on every node after the soak: %v", err)
 	}
 	for _, v := range s.vols {
-		if err := until(ctx, soakStep, func(ctx context.Context) (bool, error) {
-			left, err := s.leftOf(ctx, v)
-			if err == nil && len(left) > 0 {
-				err = errors.New(strings.Join(left, "; "))
-			}
-			return err == nil, err
-		}); err != nil {
+		if err := s.waitNothingLeft(ctx, v); err != nil {
 			s.violate(v, "left at the end: %v", err)
 		}
 		if v.done || v.gone {
