@@ -46,21 +46,16 @@ func waitExample(t *testing.T, name string) {
 	}
 }
 
-// exampleSC makes a StorageClass of one of the examples, deleted with the test.
-func (e *env) exampleSC(provisioner string, params map[string]string, binding storagev1.VolumeBindingMode) string {
-	e.t.Helper()
-	return e.exampleSCAt(provisioner, params, binding)
-}
-
-// exampleSCAt is exampleSC whose volumes are made on one of the nodes (allowedTopologies
-// on kubernetes.io/hostname; none: any node). A node-local example's volumes (loop-block)
-// are made where its StorageClass allows: on node 1 for the tests that check its files.
-func (e *env) exampleSCAt(provisioner string, params map[string]string, binding storagev1.VolumeBindingMode, nodes ...string) string {
+// exampleSC makes a StorageClass of one of the examples, deleted with the test, whose
+// volumes are made on one of the nodes given (allowedTopologies on kubernetes.io/hostname;
+// none: any node). A node-local example's volumes (loop-block) are made where its
+// StorageClass allows: on node 1 for the tests that check its files.
+func (e *env) exampleSC(provisioner string, params map[string]string, binding storagev1.VolumeBindingMode, nodes ...string) string {
 	e.t.Helper()
 	return e.createSC(e.newSC(provisioner, params, binding, nodes...))
 }
 
-// newSC is the StorageClass exampleSCAt makes, not yet created.
+// newSC is the StorageClass exampleSC makes, not yet created.
 func (e *env) newSC(provisioner string, params map[string]string, binding storagev1.VolumeBindingMode, nodes ...string) *storagev1.StorageClass {
 	name := e.ns + "-" + provisioner + "-" + strings.ToLower(rand.String(4))
 	reclaim := corev1.PersistentVolumeReclaimDelete
@@ -232,8 +227,8 @@ func TestExampleLoopBlock(t *testing.T) {
 	waitExample(t, "loop-block")
 	e := newEnv(t)
 	node := nodeName(t)
-	immediate := e.exampleSCAt("loop-block", nil, storagev1.VolumeBindingImmediate, node)
-	late := e.exampleSCAt("loop-block", nil, storagev1.VolumeBindingWaitForFirstConsumer, node)
+	immediate := e.exampleSC("loop-block", nil, storagev1.VolumeBindingImmediate, node)
+	late := e.exampleSC("loop-block", nil, storagev1.VolumeBindingWaitForFirstConsumer, node)
 
 	// Block.
 	disk := e.claim("disk", immediate, claimOpts{size: "16Mi", mode: corev1.PersistentVolumeBlock})
@@ -336,7 +331,7 @@ func TestExampleEncryption(t *testing.T) {
 	waitExample(t, "loop-block")
 	waitExample(t, "encryption")
 	e := newEnv(t)
-	lb := e.exampleSCAt("loop-block", nil, storagev1.VolumeBindingWaitForFirstConsumer, hostNode()) // the underlying volume where the clients run
+	lb := e.exampleSC("loop-block", nil, storagev1.VolumeBindingWaitForFirstConsumer, hostNode()) // the underlying volume where the clients run
 	// pbkdf2 with a short iteration time: argon2id's default would take seconds and up to
 	// 1 GiB of memory per luksFormat and open.
 	enc := e.exampleSC("encryption", map[string]string{"pbkdf": "pbkdf2", "iterTime": "100"}, storagev1.VolumeBindingImmediate)
@@ -423,7 +418,7 @@ func TestExampleEncryptedFS(t *testing.T) {
 	waitExample(t, "loop-block")
 	waitExample(t, "encrypted-fs")
 	e := newEnv(t)
-	lb := e.exampleSCAt("loop-block", nil, storagev1.VolumeBindingWaitForFirstConsumer, hostNode()) // the underlying volume where the clients run
+	lb := e.exampleSC("loop-block", nil, storagev1.VolumeBindingWaitForFirstConsumer, hostNode()) // the underlying volume where the clients run
 	efs := e.exampleSC("encrypted-fs", nil, storagev1.VolumeBindingImmediate)
 	e.secret("passphrase", map[string]string{"passphrase": "correct horse " + e.ns})
 	e.claim("ciphertext", lb, claimOpts{size: "64Mi"})

@@ -50,7 +50,7 @@ func TestExampleLoopBlockSnapshots(t *testing.T) {
 	requireSidecar(t, "loop-block", "snapshotter")
 	e := newEnv(t)
 	node := nodeName(t)
-	sc := e.exampleSCAt("loop-block", nil, storagev1.VolumeBindingImmediate, node)
+	sc := e.exampleSC("loop-block", nil, storagev1.VolumeBindingImmediate, node)
 	vsc := e.snapshotClass("loop-block")
 
 	for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock} {

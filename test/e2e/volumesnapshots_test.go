@@ -77,7 +77,7 @@ func requireSnapshotCRDs(t *testing.T) {
 	t.Fatalf("no running snapshot-controller pod: VolumeSnapshots would never be bound (make cluster-up installs it)")
 }
 
-// expandableSC is exampleSCAt with allowVolumeExpansion: true, on node 1 (whose files
+// expandableSC is exampleSC with allowVolumeExpansion: true, on node 1 (whose files
 // the expansion tests check).
 func (e *env) expandableSC(provisioner string, binding storagev1.VolumeBindingMode) string {
 	e.t.Helper()
