@@ -36,6 +36,6 @@ if [ ${#booted[@]} -gt 0 ]; then
   done
 fi
 start=$SECONDS
-KUBECONFIG="$KUBECONFIG_ADMIN" PAV_E2E_NODES=3 PAV_CLUSTER_DIR="$D" "${GO:-go}" test -tags e2e -count=1 \
+KUBECONFIG="$KUBECONFIG_ADMIN" PAV_E2E_NODES=3 PAV_E2E_PARALLEL=1 PAV_CLUSTER_DIR="$D" "${GO:-go}" test -tags e2e -count=1 \
   -timeout 30m -v -run "$TESTS" "$ROOT/test/e2e/"
 log "e2e-multinode: tests in $((SECONDS - start)) s, $((SECONDS - T0)) s in all"

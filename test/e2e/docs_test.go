@@ -36,9 +36,10 @@ var readmeNeeds = map[string]func() (bool, string){
 // marks as runnable (docs/development.md says how), so that a reader who
 // copies them gets what the README promises. The README's cleanup blocks run
 // first (a make demo, or an earlier run, may have left the same objects) and
-// again at the end, last first; then every PersistentVolume and every pod of
+// again at the end, last first; then every pod, claim and PersistentVolume of
 // the default namespace that the blocks made must be gone.
 func TestExampleREADMEs(t *testing.T) {
+	inLane(t, laneExamples)
 	files, err := filepath.Glob(filepath.Join(repo, "examples", "*", "README.md"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no example README: %v", err)
@@ -141,7 +142,8 @@ func runBlock(t *testing.T, b docscheck.Block) error {
 }
 
 // objectsOfREADMEs are what the examples' READMEs make and must leave nothing
-// of: PersistentVolumes, and pods and claims of the default namespace.
+// of: the default namespace's pods, claims and their PersistentVolumes (other
+// namespaces are other tests', which may run meanwhile).
 func objectsOfREADMEs(t *testing.T, ctx context.Context) sets.Set[string] {
 	t.Helper()
 	out := sets.New[string]()
@@ -150,7 +152,9 @@ func objectsOfREADMEs(t *testing.T, ctx context.Context) sets.Set[string] {
 		t.Fatal(err)
 	}
 	for _, pv := range pvs.Items {
-		out.Insert("PersistentVolume " + pv.Name)
+		if ref := pv.Spec.ClaimRef; ref == nil || ref.Namespace == corev1.NamespaceDefault {
+			out.Insert("PersistentVolume " + pv.Name)
+		}
 	}
 	pods, err := client.CoreV1().Pods(corev1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/nodeserver"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -153,11 +154,11 @@ func pavPods(provisioner, phase, prefix string) []corev1.Pod {
 	return out
 }
 
-// waitUnstaged waits until a volume has no staging pod and the node has no mount left in
-// the provisioner's state directory.
+// waitUnstaged waits until a volume has no staging pod and node 1 has no mount left in
+// the volume's state directory.
 func (e *env) waitUnstaged(provisioner, handle string) {
 	e.t.Helper()
-	dir := "/var/lib/kubelet/plugins/" + provisioner + "/volumes"
+	dir := nodeserver.VolumeDir(pluginVolumes(provisioner), handle)
 	e.poll(provisioner+" volume "+handle+" unstaged", func() (bool, error) {
 		return len(pavPods(provisioner, "staging", handle+"@")) == 0 && len(pavPods(provisioner, "unstaging", handle+"@")) == 0 &&
 			len(hostMounts(dir)) == 0, nil
@@ -223,6 +224,7 @@ func kubectl(t *testing.T, args ...string) string {
 // back; the data is in the backing file on the node; nothing stays attached or mounted;
 // deleting the claims removes the files.
 func TestExampleLoopBlock(t *testing.T) {
+	inLane(t, laneExamples)
 	start := time.Now()
 	waitExample(t, "loop-block")
 	e := newEnv(t)
@@ -327,6 +329,7 @@ func dmAvailable() bool {
 // kernel has it, a pod writes and reads the decrypted device and the ciphertext never holds
 // the plaintext; where it has none, staging fails with that reason (checked as such).
 func TestExampleEncryption(t *testing.T) {
+	inLane(t, laneExamples)
 	start := time.Now()
 	waitExample(t, "loop-block")
 	waitExample(t, "encryption")
@@ -414,6 +417,7 @@ func TestExampleEncryption(t *testing.T) {
 // file on the node, holds neither its contents nor its name; a new pod reads it back; no
 // FUSE mount outlives unstaging; deletion removes the encrypted directory.
 func TestExampleEncryptedFS(t *testing.T) {
+	inLane(t, laneExamples)
 	start := time.Now()
 	waitExample(t, "loop-block")
 	waitExample(t, "encrypted-fs")
@@ -552,6 +556,7 @@ func staticExamplePV(e *env, driverName, name, handle, size string, access corev
 // which leaves no FUSE mount; a static PV mounts an existing bucket, a missing one fails
 // to stage; deleting the dynamic claim removes its bucket, the static bucket stays.
 func TestExampleObjectBucket(t *testing.T) {
+	inLane(t, laneExamples)
 	start := time.Now()
 	e, params := objectBucketEnv(t)
 	sc := e.exampleSC("object-bucket", params, storagev1.VolumeBindingImmediate)
@@ -643,6 +648,7 @@ func TestExampleObjectBucket(t *testing.T) {
 // create-example-provisioners system test does; every examples/<name>/provisioner.yaml
 // (deployed already, under its own name) passes a server-side dry-run create under another.
 func TestPaVExamplesOnTheAPIServer(t *testing.T) {
+	inLane(t, laneOwn)
 	files, _ := filepath.Glob(filepath.Join(repo, "test", "pav-0.1.1", "examples", "*", "provisioner.yaml"))
 	if len(files) != 3 {
 		t.Fatalf("PaV's examples: %v", files)

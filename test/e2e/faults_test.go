@@ -199,6 +199,7 @@ func volumeName(pvc *corev1.PersistentVolumeClaim) string { return "pvc-" + stri
 // untouched and deletable. And tenants can neither read nor write pav's
 // records, nor see the pods in pav's namespace (they carry tokens).
 func TestForgedRecordRefused(t *testing.T) {
+	inLane(t, lanePavE2E)
 	victim := newEnv(t)
 	vsc := victim.storageClass(nil, corev1.PersistentVolumeReclaimDelete)
 	victim.claim("precious", vsc, claimOpts{})
@@ -334,6 +335,7 @@ func subresource(r string) string {
 // the claim naming it), never adopts or deletes it; once the tenant deletes it,
 // provisioning proceeds.
 func TestForeignPodRefused(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	kube, _ := e.tenant()
 	sc := e.wffcClass(map[string]string{"podNamespace": "claim"})
@@ -384,6 +386,7 @@ func TestForeignPodRefused(t *testing.T) {
 // while the creation pod runs; its successor adopts the pod by the UID in the
 // record and the volume is created once.
 func TestControllerKilledDuringCreation(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(map[string]string{"createSleep": "15"}, corev1.PersistentVolumeReclaimDelete)
 	pvc := e.claim("data", sc, claimOpts{})
@@ -414,6 +417,7 @@ func TestControllerKilledDuringCreation(t *testing.T) {
 // record) finishes the deletion with the same pod, and the context creation
 // had.
 func TestControllerKilledDuringDeletion(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(map[string]string{"deleteSleep": "15"}, corev1.PersistentVolumeReclaimDelete)
 	e.claim("data", sc, claimOpts{size: "3Mi"})
@@ -439,6 +443,7 @@ func TestControllerKilledDuringDeletion(t *testing.T) {
 // creation gave. Finishing rather than reverting keeps one path for both (the
 // deletion pod with the real handle), and needs no watch on claims.
 func TestClaimDeletedMidCreation(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(map[string]string{"createSleep": "10"}, corev1.PersistentVolumeReclaimDelete)
 	pvc := e.claim("data", sc, claimOpts{size: "2Mi"})

@@ -5,12 +5,15 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,11 +65,62 @@ func TestMain(m *testing.M) {
 	}
 	client = kubernetes.NewForConfigOrDie(cfg)
 	dyn = dynamic.NewForConfigOrDie(cfg)
+	if inLanes {
+		// A test waiting for its lane holds one of go test's parallel slots: with too few,
+		// the lanes would take turns instead of running at once.
+		flag.Parse()
+		if f := flag.Lookup("test.parallel"); f != nil {
+			if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 64 {
+				_ = f.Value.Set("64")
+			}
+		}
+	}
 	if err := waitProvisionerReady(context.Background(), driver, 3*time.Minute); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: pav-e2e is not ready: %v\n", err)
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
+}
+
+// Lanes. With PAV_E2E_PARALLEL=1 (make e2e), tests that do not disturb the cluster run in
+// lanes at the same time: a lane is what its tests share and may check as a whole (a
+// provisioner's pods, mounts and node directories; the default namespace), so that within a
+// lane they run one at a time, as before. Tests outside every lane (those that kill a
+// plugin other lanes use, restart the node, or uninstall) run alone: go test runs them
+// first, before any parallel test, and TestUninstall waits for every lane (afterLanes).
+// Without PAV_E2E_PARALLEL every test runs alone, in file order.
+const (
+	laneExamples = "examples" // the examples' provisioners and their READMEs
+	lanePavE2E   = "pav-e2e"  // the suite's own provisioner, its backend and node directory
+	laneOwn      = "own"      // tests that make provisioners of their own (PaV's system tests...)
+)
+
+var (
+	inLanes   = os.Getenv("PAV_E2E_PARALLEL") != ""
+	laneLocks sync.Map // lane name → *sync.Mutex
+	laneTests sync.WaitGroup
+)
+
+// inLane runs the rest of t in its lane, alongside the other lanes (see Lanes). Call it first.
+func inLane(t *testing.T, lane string) {
+	if !inLanes {
+		return
+	}
+	laneTests.Add(1) // before t.Parallel: every lane's test is counted before afterLanes waits
+	t.Cleanup(laneTests.Done)
+	t.Parallel()
+	mu, _ := laneLocks.LoadOrStore(lane, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	t.Cleanup(mu.(*sync.Mutex).Unlock) // registered before the test's own: runs after them
+}
+
+// afterLanes holds t until every lane's test has finished (see Lanes). Call it first.
+func afterLanes(t *testing.T) {
+	if !inLanes {
+		return
+	}
+	t.Parallel()
+	laneTests.Wait()
 }
 
 // waitProvisionerReady waits for the pav manager to report a provisioner Ready,

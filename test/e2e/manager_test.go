@@ -199,6 +199,7 @@ func deleteProvisioner(t *testing.T, name string) time.Duration {
 // changes nothing the manager applied (server-side apply, nothing re-applied);
 // deleting it leaves nothing.
 func TestProvisionerAppliedAlone(t *testing.T) {
+	inLane(t, laneOwn)
 	e := newEnv(t)
 	name := "e2e-alone-" + strings.ToLower(rand.String(4))
 	took := e.newProvisioner(greeter(name, "v1"))
@@ -278,6 +279,7 @@ func TestProvisionerAppliedAlone(t *testing.T) {
 // still delete the volume (with the last valid spec); then the deletion
 // completes and leaves nothing.
 func TestDeletionHeldWhileVolumesExist(t *testing.T) {
+	inLane(t, laneOwn)
 	e := newEnv(t)
 	name := "e2e-held-" + strings.ToLower(rand.String(4))
 	e.newProvisioner(greeter(name, "hi"))

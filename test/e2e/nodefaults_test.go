@@ -223,6 +223,7 @@ func (e *env) finish(pv *corev1.PersistentVolume, claim string, block bool, stag
 // plugin dies while the staging pod runs; kubelet retries NodeStage, and the
 // new plugin adopts the pod by the UID in state.json: it runs once.
 func TestNodePluginKilledDuringStaging(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	pv := e.backendVolume("data", false, map[string]string{"stageSleep": "12"})
 	handle := pv.Spec.CSI.VolumeHandle
@@ -241,6 +242,7 @@ func TestNodePluginKilledDuringStaging(t *testing.T) {
 // unstaging pod runs; kubelet retries NodeUnstage, and the new plugin adopts
 // the unstaging pod: it runs once, and everything is cleaned up.
 func TestNodePluginKilledDuringUnstaging(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	pv := e.backendVolume("data", false, map[string]string{"unstageSleep": "12"})
 	handle := pv.Spec.CSI.VolumeHandle
@@ -261,6 +263,7 @@ func TestNodePluginKilledDuringUnstaging(t *testing.T) {
 // volume staged again, with its real data (kubelet calls NodePublish only:
 // the volume is still staged in its eyes).
 func TestStagingPodDeletedUnderLiveClient(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	pv := e.backendVolume("data", false, nil)
 	handle := pv.Spec.CSI.VolumeHandle

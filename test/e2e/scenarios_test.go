@@ -24,6 +24,7 @@ import (
 // may go away; the staging pod's files (from templates) reach the client; the
 // deletion pod runs with the real handle and capacity; the PV goes.
 func TestDynamicProvisioning(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(map[string]string{"color": "it's blue"}, corev1.PersistentVolumeReclaimDelete)
 	e.claim("data", sc, claimOpts{size: "2Mi"})
@@ -59,6 +60,7 @@ func clientDeleteSC(e *env, name string) error {
 
 // A PV with reclaim policy Retain outlives its claim, and its volume is not deleted.
 func TestRetainIsNeverDeleted(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(nil, corev1.PersistentVolumeReclaimRetain)
 	e.claim("kept", sc, claimOpts{})
@@ -108,6 +110,7 @@ func staticPV(e *env, name, handle, size string, access corev1.PersistentVolumeA
 // Static provisioning: a PV naming the driver is staged after static
 // validation (PaV documented it but never ran it); an invalid one never stages.
 func TestStaticProvisioning(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	handle := "static-" + e.ns
 	staticPV(e, "good", handle, "1Mi", corev1.ReadWriteOnce, map[string]string{"color": "red"})
@@ -140,6 +143,7 @@ func stagingPodsOf(handle string) []corev1.Pod {
 // /pav/volume and touches /pav/ready. The client sees the mount; unstaging
 // removes the staging pod, runs the unstaging pod, and leaves no mount behind.
 func TestLongRunningStagingPod(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(map[string]string{"scenario": "tmpfs"}, corev1.PersistentVolumeReclaimDelete)
 	e.claim("fuse", sc, claimOpts{size: "4Mi"})
@@ -166,6 +170,7 @@ func TestLongRunningStagingPod(t *testing.T) {
 // A Block volume: the staging pod exposes a loop device of the volume's size;
 // the client writes and reads it through volumeDevices.
 func TestBlockVolume(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(nil, corev1.PersistentVolumeReclaimDelete)
 	e.claim("disk", sc, claimOpts{size: "8Mi", mode: corev1.PersistentVolumeBlock})
@@ -183,6 +188,7 @@ func TestBlockVolume(t *testing.T) {
 
 // Two client pods on the node share one staging pod; a pod may use three volumes.
 func TestSharingAndManyVolumes(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(map[string]string{"scenario": "tmpfs"}, corev1.PersistentVolumeReclaimDelete)
 	e.claim("shared", sc, claimOpts{})
@@ -214,6 +220,7 @@ func TestSharingAndManyVolumes(t *testing.T) {
 // Failures surface as readable events on the PVC (provisioning) or the pod
 // (staging), and nothing hangs.
 func TestProvisioningFailures(t *testing.T) {
+	inLane(t, lanePavE2E)
 	for _, tc := range []struct {
 		name     string
 		params   map[string]string
@@ -230,6 +237,7 @@ func TestProvisioningFailures(t *testing.T) {
 		{name: "access mode not supported", opts: claimOpts{access: corev1.ReadWriteMany}, want: []string{"access mode ReadWriteMany is not supported"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each in a namespace of its own, checked by its claim's events
 			e := newEnv(t)
 			sc := e.storageClass(tc.params, corev1.PersistentVolumeReclaimDelete)
 			pvc := e.claim("failing", sc, tc.opts)
@@ -250,6 +258,7 @@ func TestProvisioningFailures(t *testing.T) {
 }
 
 func TestStagingFailure(t *testing.T) {
+	inLane(t, lanePavE2E)
 	e := newEnv(t)
 	sc := e.storageClass(map[string]string{"scenario": "fail-staging"}, corev1.PersistentVolumeReclaimDelete)
 	e.claim("broken", sc, claimOpts{})
@@ -294,6 +303,7 @@ func TestInvalidProvisionersRejected(t *testing.T) {
 // csi-sanity (the binary) against the plugins on the running cluster: the node
 // plugin's socket on the host and the controller's socket in its pod's emptyDir.
 func TestCSISanityOnCluster(t *testing.T) {
+	inLane(t, lanePavE2E)
 	bin := filepath.Join(repo, "_output", "bin", "csi-sanity")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("csi-sanity not built (make tools): %v", err)

@@ -198,6 +198,7 @@ func (e *systemEnv) deletePav() {
 }
 
 func TestSystemDynamicProvisioning(t *testing.T) {
+	inLane(t, laneOwn)
 	e := newSystemEnv(t)
 	e.kubectl("create", "-f", e.file("provisioner.yaml", systemProvisioner(false)))
 	e.kubectl("create", "-f", e.file("sc.yaml", systemSC))
@@ -212,6 +213,7 @@ func TestSystemDynamicProvisioning(t *testing.T) {
 }
 
 func TestSystemStaticProvisioning(t *testing.T) {
+	inLane(t, laneOwn)
 	e := newSystemEnv(t)
 	e.kubectl("create", "-f", e.file("provisioner.yaml", systemProvisioner(false)))
 	e.kubectl("create", "-f", e.file("pv.yaml", systemPV))
@@ -227,6 +229,7 @@ func TestSystemStaticProvisioning(t *testing.T) {
 }
 
 func TestSystemDeletion(t *testing.T) {
+	inLane(t, laneOwn)
 	e := newSystemEnv(t)
 	e.kubectl("create", "-f", e.file("provisioner.yaml", systemProvisioner(false)))
 	e.kubectl("create", "-f", e.file("sc.yaml", systemSC))
@@ -250,6 +253,7 @@ func TestSystemDeletion(t *testing.T) {
 }
 
 func TestSystemFailure(t *testing.T) {
+	inLane(t, laneOwn)
 	e := newSystemEnv(t)
 	e.kubectl("create", "-f", e.file("provisioner.yaml", systemProvisioner(true)))
 	e.kubectl("create", "-f", e.file("sc.yaml", systemSC))
@@ -272,6 +276,7 @@ func TestSystemFailure(t *testing.T) {
 }
 
 func TestSystemMountThreeVolumes(t *testing.T) {
+	inLane(t, laneOwn)
 	e := newSystemEnv(t)
 	e.kubectl("create", "-f", e.file("provisioner.yaml", systemProvisioner(false)))
 	e.kubectl("create", "-f", e.file("sc.yaml", systemSC))
@@ -293,6 +298,7 @@ func TestSystemMountThreeVolumes(t *testing.T) {
 // names are taken by the setup's deployment (hello-world), so each is created
 // under a suffixed name.
 func TestSystemCreateExampleProvisioners(t *testing.T) {
+	inLane(t, laneOwn)
 	files, err := filepath.Glob(filepath.Join(repo, "examples", "*", "provisioner.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)

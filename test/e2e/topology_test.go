@@ -67,6 +67,7 @@ spec:
 }
 
 func TestNodeLocalTopology(t *testing.T) {
+	inLane(t, laneOwn)
 	e := newEnv(t)
 	name := "e2e-local-" + strings.ToLower(rand.String(4))
 	e.newProvisioner(nodeLocal(name))

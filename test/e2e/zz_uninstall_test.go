@@ -15,11 +15,12 @@ import (
 
 // Uninstall as docs/install.md says: `kubectl delete pav --all` (waits until no
 // volume needs a provisioner), then `kubectl delete -k` of what was installed.
-// Nothing of pav may be left. The file name makes it run last; it reinstalls
-// what the suite's setup installed, so that the cluster is as it found it. In
-// between, on a cluster without pav, the Helm chart is installed, upgraded and
-// uninstalled (helm_test.go).
+// Nothing of pav may be left. The file name makes it run last (afterLanes: after every
+// lane too); it reinstalls what the suite's setup installed, so that the cluster is as it
+// found it. In between, on a cluster without pav, the Helm chart is installed, upgraded
+// and uninstalled (helm_test.go).
 func TestUninstall(t *testing.T) {
+	afterLanes(t)
 	ctx := context.Background()
 	// make demo's claim and pod, if the demo ran on this cluster.
 	kubectl(t, "delete", "-f", repo+"/examples/hello-world/usage.yaml", "--ignore-not-found", "--timeout=120s")
