@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -102,6 +103,11 @@ type Server struct {
 	Client    kube.Interface // PVCs and StorageClasses; nil when only CSI requests are known
 
 	busy inflight.Set
+
+	// legacyRefused: the handles of volumes v0.2.0 created that pav did not
+	// adopt, and why (adopt.go).
+	legacyMu      sync.Mutex
+	legacyRefused map[string]error
 }
 
 // maxPodEntries bounds status.pods: a phase runs again only after its pod was
@@ -704,6 +710,10 @@ func (j *job) foreignCreation(ctx context.Context, err error) error {
 // (asking the API server, not the cache): two PVs with one handle would let
 // either claim reach, and delete, the other's data.
 func (j *job) checkHandle(ctx context.Context, handle string) error {
+	if err := j.s.legacyRefusal(handle); err != nil {
+		// The handle of volumes v0.2.0 made, which pav could not adopt.
+		return grpcerr.Errorf(codes.FailedPrecondition, "the created volume's handle %q is taken: %w", handle, err)
+	}
 	others, err := j.s.Records.ByHandle(ctx, handle, true)
 	if err != nil {
 		return err
@@ -877,7 +887,8 @@ func fromPodFiles(files map[string]string, handle string, capacity int64) (strin
 // DeleteVolume runs the deletion pod of a volume pav created, with the context
 // its creation had, whether or not the PV still exists and after any restart.
 // A handle without a record (unknown, static, or already deleted) is OK, as
-// CSI asks.
+// CSI asks; volumes v0.2.0 created have one, adopted when the controller
+// plugin started (adopt.go).
 func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if err := s.deleteVolume(ctx, req.GetVolumeId()); err != nil {
 		return nil, grpcerr.Status(err)
@@ -938,8 +949,12 @@ func (s *Server) deleteVolume(ctx context.Context, handle string) error {
 	return nil
 }
 
-// byHandle is the record of a handle, or nil.
+// byHandle is the record of a handle, or nil; an error for a handle whose
+// adoption was refused (legacyRefusal).
 func (s *Server) byHandle(ctx context.Context, handle string) (*v1alpha1.PavVolume, error) {
+	if err := s.legacyRefusal(handle); err != nil {
+		return nil, err
+	}
 	vs, err := s.Records.ByHandle(ctx, handle, false)
 	if err != nil {
 		return nil, err

@@ -84,6 +84,8 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-controller", "", "pods/log", "get", true},
 		{"pav-controller", "", "persistentvolumeclaims", "get", true},
 		{"pav-controller", "storage.k8s.io", "storageclasses", "get", true},
+		// The driver lists PVs once at start, to adopt v0.2.0's volumes.
+		{"pav-controller", "", "persistentvolumes", "list", true},
 		{"pav-controller", "", "events", "create", true},
 		// ... and no longer writes PVCs (the forgeable annotation is gone).
 		{"pav-controller", "", "persistentvolumeclaims", "patch", false},
@@ -135,12 +137,18 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Errorf("%s may %s %s.%s: %v, want %v", tc.sa, tc.verb, tc.resource, tc.group, got, tc.want)
 		}
 	}
-	// The sidecars' rules are theirs: the pav driver's own role gains none of them.
+	// The sidecars' rules are theirs: the pav driver's own role gains none of them
+	// (but the PV list it adopts v0.2.0's volumes with).
 	for _, rule := range r.roles["pav-driver-controller"] {
-		if slices.Contains(rule.APIGroups, "snapshot.storage.k8s.io") || slices.Contains(rule.Resources, "persistentvolumes") ||
+		pvList := slices.Equal(rule.Resources, []string{"persistentvolumes"}) && slices.Equal(rule.Verbs, []string{"list"})
+		if slices.Contains(rule.APIGroups, "snapshot.storage.k8s.io") || slices.Contains(rule.Resources, "persistentvolumes") && !pvList ||
 			slices.Contains(rule.Resources, "persistentvolumeclaims/status") {
 			t.Errorf("pav-driver-controller has a sidecar's rule %+v", rule)
 		}
+	}
+	// v0.2.0's role, which its leftover bindings name, grants nothing.
+	if rules, ok := r.roles["pav-driver"]; !ok || len(rules) != 0 {
+		t.Errorf("ClusterRole pav-driver (v0.2.0's, emptied) has rules %+v (present: %v), want none", rules, ok)
 	}
 	if got := r.bindings["pav-node"]; !slices.Equal(got, []string{"pav-driver-node"}) {
 		t.Errorf("pav-node is bound to %v, want only pav-driver-node", got)

@@ -65,7 +65,7 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	dir := s.volumeDir(handle)
 	st, err := readState(dir)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, grpcerr.Status(err)
 	}
 	if st == nil || !st.Staged {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not staged on node %s", handle, s.NodeID)

@@ -416,7 +416,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	// A request that contradicts the staging in place is refused as it is,
 	// finally: it made nothing.
 	if st, err := readState(dir); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, grpcerr.Status(err)
 	} else if st != nil && st.Staged {
 		if st.StagedAt != target {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", handle, st.StagedAt)
@@ -749,7 +749,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	dir := s.volumeDir(handle)
 	st, err := readState(dir)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, grpcerr.Status(err)
 	}
 	if st == nil {
 		return &csi.NodeUnstageVolumeResponse{}, nil
@@ -797,7 +797,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	dir := s.volumeDir(handle)
 	st, err := readState(dir)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, grpcerr.Status(err)
 	}
 	if st != nil && st.Staged {
 		if st.StagedAt != staging {
@@ -871,7 +871,7 @@ func (s *Server) restage(ctx context.Context, r stageRequest, why string) (strin
 	}
 	st, err := readState(dir)
 	if err != nil {
-		return "", status.Error(codes.Internal, err.Error())
+		return "", grpcerr.Status(err)
 	}
 	src, why, err := s.published(r.handle, dir, st)
 	switch {

@@ -6,9 +6,12 @@ import (
 	"os"
 	"path/filepath"
 
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/pods-as-volumes/pav/internal/compat"
+	"github.com/pods-as-volumes/pav/internal/grpcerr"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/volume"
@@ -21,6 +24,11 @@ import (
 // a restarted node plugin. It lives in the per-volume directory, which only
 // root on the node can write: it is a record, not input.
 type staged struct {
+	// FormatVersion is the version of this file's format (stateFormat; 0:
+	// v0.2.0's, which had none). MigrateStates brings older ones to it when
+	// the node plugin starts; a newer one is refused (readState).
+	FormatVersion int `json:"formatVersion"`
+
 	Handle     string                              `json:"handle"`
 	VolumeMode corev1.PersistentVolumeMode         `json:"volumeMode"`
 	Access     []corev1.PersistentVolumeAccessMode `json:"accessModes"`
@@ -76,7 +84,20 @@ type staged struct {
 	// LostReported is the UID of the KeepRunning staging pod whose end pav
 	// already reported (one event per death, across restarts).
 	LostReported types.UID `json:"lostReported,omitempty"`
+
+	// PodNamespace is where v0.2.0 ran the staging pod (format 0, which
+	// recorded no pod identity): read by the migration, never written since.
+	PodNamespace string `json:"podNamespace,omitempty"`
 }
+
+// stateFormat is the format of state.json this pav writes, and the newest it
+// reads. A change to what a field means, or a field an older pav must not
+// ignore, takes a new version and a step in migrateState (migrate_test.go
+// tests each).
+var stateFormat = compat.Format{What: "node state", Current: 1, Releases: map[int]string{
+	0: "v0.2.0, or a development build after it (no format version)",
+	1: "the first release after v0.2.0",
+}}
 
 // nodeExpansion is a growth of the staged volume on this node: from Previous
 // to Capacity bytes.
@@ -143,6 +164,7 @@ func (st *staged) anyPod() bool {
 // writeState replaces state.json atomically (write, then rename), so a crash
 // leaves the old or the new state, never half of one.
 func writeState(dir string, st *staged) error {
+	st.FormatVersion = stateFormat.Current
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
@@ -154,7 +176,24 @@ func writeState(dir string, st *staged) error {
 	return os.Rename(tmp, filepath.Join(dir, "state.json"))
 }
 
+// readState reads a volume's state.json (nil if there is none), which must be
+// of this pav's format: MigrateStates brought older ones to it before the
+// node plugin served, and a newer one is refused before anything of it is
+// used (a downgrade: its fields may mean what this pav does not know).
 func readState(dir string) (*staged, error) {
+	st, err := readStateFile(dir)
+	if err != nil || st == nil {
+		return st, err
+	}
+	if st.FormatVersion < stateFormat.Current {
+		return nil, grpcerr.Errorf(codes.Unavailable, "%s/state.json has format version %d (%s), which the node plugin migrates when it starts, and has not: see its log (restarting it retries)",
+			dir, st.FormatVersion, stateFormat.ReleaseOf(st.FormatVersion))
+	}
+	return st, nil
+}
+
+// readStateFile reads state.json as it is, of this format or an older one.
+func readStateFile(dir string) (*staged, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -165,6 +204,9 @@ func readState(dir string) (*staged, error) {
 	st := &staged{}
 	if err := json.Unmarshal(b, st); err != nil {
 		return nil, fmt.Errorf("%s/state.json: %w", dir, err)
+	}
+	if err := stateFormat.Check(fmt.Sprintf("%s/state.json of volume %q", dir, st.Handle), st.FormatVersion); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -61,6 +61,10 @@ type PavSnapshotSpec struct {
 	VolumeSnapshotContent string `json:"volumeSnapshotContent,omitempty"`
 	// Volume is the source volume as the snapshot's contexts see it.
 	Volume SnapshotSourceVolume `json:"volume"`
+	// FormatVersion is the version of the record's format, as PavVolume's
+	// (records.SnapshotFormat when pav writes it; 0: written before records
+	// had one).
+	FormatVersion int `json:"formatVersion,omitempty"`
 }
 
 // SnapshotSourceVolume is the source volume's part of a snapshot's context,

@@ -80,6 +80,29 @@ type PavVolumeSpec struct {
 	// Source is what the volume is created from (CSI volume_content_source),
 	// nil for an empty volume.
 	Source *VolumeSource `json:"source,omitempty"`
+	// FormatVersion is the version of the record's format (records.VolumeFormat
+	// when pav writes it; 0: written before records had one). A pav that reads
+	// an older version migrates it, and refuses a newer one (a downgrade)
+	// instead of misreading it. The only field of spec a later write changes.
+	FormatVersion int `json:"formatVersion,omitempty"`
+	// Adopted is set when the record was not made by CreateVolume but built
+	// from the PersistentVolume of a volume an older pav created without a
+	// record (v0.2.0), so that it is expanded, snapshotted and deleted as any
+	// other.
+	Adopted *VolumeAdoption `json:"adopted,omitempty"`
+}
+
+// VolumeAdoption says where an adopted record came from.
+type VolumeAdoption struct {
+	// PersistentVolume is the PV the record was built from: its CSI volume
+	// attributes, written by the older pav, and its claim reference and
+	// capacity, written by external-provisioner and Kubernetes. Never a PVC
+	// annotation, which tenants can write.
+	PersistentVolume string `json:"persistentVolume"`
+	// Release is the pav release whose format the PV's attributes have.
+	Release string `json:"release"`
+	// Time is when pav adopted the volume.
+	Time metav1.Time `json:"time"`
 }
 
 // TopologyRequirement is CSI's TopologyRequirement: the segments (maps of

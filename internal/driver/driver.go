@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -211,6 +212,11 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		return nil, nil, err
 	}
 	if svc.Node != nil {
+		// States an older pav wrote are brought to this one's format first
+		// (with the runner's cache: v0.2.0 recorded no pod identity).
+		if err := svc.Node.MigrateStates(ctx, name); err != nil {
+			return nil, nil, err
+		}
 		// Staging pods deleted while the node plugin was down left no event.
 		svc.Node.Sweep()
 	}
@@ -227,8 +233,39 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 			return nil, nil, err
 		}
 		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, Client: d.Client}
+		if d.Client != nil {
+			// Before serving: no operation meets a volume of v0.2.0's
+			// without its record, and no new volume takes its handle.
+			if err := adoptLegacyVolumes(ctx, svc.Controller, name); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
 	return svc, src, nil
+}
+
+// adoptLegacyVolumes records the volumes v0.2.0 created (controllerserver's
+// adopt.go), retrying while the API server does not answer: exiting would
+// only crash-loop, and the plugin must not serve before it is done.
+func adoptLegacyVolumes(ctx context.Context, s *controllerserver.Server, name string) error {
+	var lastErr error
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: math.MaxInt32, Cap: 30 * time.Second},
+		func(ctx context.Context) (bool, error) {
+			var n int
+			n, lastErr = s.AdoptLegacyVolumes(ctx, name)
+			if lastErr != nil {
+				klog.FromContext(ctx).Error(lastErr, "Cannot adopt the volumes v0.2.0 created yet; retrying")
+				return false, nil
+			}
+			if n > 0 {
+				klog.FromContext(ctx).Info("Adopted the volumes v0.2.0 created", "volumes", n)
+			}
+			return true, nil
+		})
+	if err != nil {
+		return fmt.Errorf("adopting the volumes v0.2.0 created: %w (last error: %v)", err, lastErr)
+	}
+	return nil
 }
 
 // features reads the optional capabilities from the spec in force (the last

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pods-as-volumes/pav/internal/cli"
+	"github.com/pods-as-volumes/pav/internal/compat"
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
 )
 
@@ -17,6 +18,8 @@ func Main(ctx context.Context, name string, args []string, stderr io.Writer, ver
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := Options{Version: version}
+	// Errors about records or states a newer pav wrote name this release.
+	compat.Release = version
 	fs.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	fs.StringVar(&o.Provisioner, "provisioner", "", "name of the PavProvisioner to serve (also the CSI driver name); read and watched through the API")
 	fs.StringVar(&o.ProvisionerFile, "provisioner-file", "", "read the PavProvisioner from this file instead (tests, GitOps)")

@@ -36,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/compat"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/records"
 	"github.com/pods-as-volumes/pav/internal/templating"
@@ -146,6 +147,12 @@ var Table = []Rule{
 		Match: func(err error) bool { return errors.Is(err, podrunner.ErrPodDeleted) },
 		Code:  codes.Aborted,
 		Why:   "non-final: its outcome is unknown; the retry runs the phase again in a new pod, with a new token",
+	},
+	{
+		Name:  "a record or node state of a format newer than this pav reads (compat.ErrNewerFormat: pav was downgraded)",
+		Match: func(err error) bool { return errors.Is(err, compat.ErrNewerFormat) },
+		Code:  codes.FailedPrecondition,
+		Why:   "final: this pav would misread it; the message names both versions, and a human installs the newer pav again (nothing was changed)",
 	},
 	{
 		Name:  "a pod pav did not create holds the operation's pod name (podrunner.ErrForeignPod)",

@@ -76,6 +76,7 @@ func TestTable(t *testing.T) {
 		{"records not synced", records.ErrNotStarted, codes.Unavailable, false},
 		{"pod deleted underneath", fmt.Errorf("%w: creation pod pav/p", podrunner.ErrPodDeleted), codes.Aborted, false},
 		{"foreign pod", fmt.Errorf("%w: pod ns/p", podrunner.ErrForeignPod), codes.FailedPrecondition, true},
+		{"record of a newer pav (downgrade)", fmt.Errorf("reading PavVolume pvc-1: %w", records.VolumeFormat.Check("pvc-1", records.VolumeFormat.Current+1)), codes.FailedPrecondition, true},
 		{"record changed since read", fmt.Errorf("updating PavVolume x: %w", apierrors.NewConflict(podsGR, "x", errors.New("modified"))), codes.Aborted, false},
 		{"429", apierrors.NewTooManyRequests("slow down", 1), codes.Unavailable, false},
 		{"500", apierrors.NewInternalError(errors.New("etcd")), codes.Unavailable, false},

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +25,25 @@ func BootID() (string, error) {
 		return "", fmt.Errorf("reading the boot ID: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// BootTime returns when the node booted (btime of /proc/stat, whole seconds):
+// a file written after it was written during this boot.
+func BootTime() (time.Time, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading the boot time: %w", err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("reading the boot time: /proc/stat btime %q: %w", v, err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("reading the boot time: /proc/stat has no btime line")
 }
 
 // Identity is what a staged volume's path resolved to, recorded at staging

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/compat"
 )
 
 var (
@@ -62,4 +63,28 @@ var volumes = kind[*v1alpha1.PavVolume]{
 	csiName:     func(v *v1alpha1.PavVolume) string { return v.Spec.VolumeName },
 	provisioner: func(v *v1alpha1.PavVolume) *string { return &v.Spec.Provisioner },
 	handle:      func(v *v1alpha1.PavVolume) string { return v.Status.Handle },
+
+	format:        VolumeFormat,
+	formatVersion: func(v *v1alpha1.PavVolume) *int { return &v.Spec.FormatVersion },
+	migrations: map[int]func(*v1alpha1.PavVolume){
+		// Version 1 is version 0 with the version written down: the records
+		// development builds kept after v0.2.0 have every field version 1's
+		// have, or leave it out (all are optional since).
+		0: func(*v1alpha1.PavVolume) {},
+	},
 }
+
+// VolumeFormat and SnapshotFormat are the formats of the records this pav
+// writes (and the newest it reads). A change to what a record's fields mean,
+// or a field an older pav must not ignore, takes a new version and a
+// migration from the one before (records_test.go tests each).
+var (
+	VolumeFormat = compat.Format{What: "PavVolume", Current: 1, Releases: map[int]string{
+		0: "a development build after v0.2.0 (v0.2.0 kept no records)",
+		1: "the first release after v0.2.0",
+	}}
+	SnapshotFormat = compat.Format{What: "PavSnapshot", Current: 1, Releases: map[int]string{
+		0: "a development build after v0.2.0 (v0.2.0 had no snapshots)",
+		1: "the first release after v0.2.0",
+	}}
+)

@@ -49,4 +49,10 @@ var snapshots = kind[*v1alpha1.PavSnapshot]{
 	moreLabels: func(v *v1alpha1.PavSnapshot, l map[string]string) {
 		l[v1alpha1.LabelSnapshotSourceVolume] = v1alpha1.HandleLabel(v.Spec.SourceVolumeID)
 	},
+
+	format:        SnapshotFormat,
+	formatVersion: func(v *v1alpha1.PavSnapshot) *int { return &v.Spec.FormatVersion },
+	migrations: map[int]func(*v1alpha1.PavSnapshot){
+		0: func(*v1alpha1.PavSnapshot) {}, // as PavVolume's
+	},
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/compat"
 	"github.com/pods-as-volumes/pav/internal/kube"
 )
 
@@ -58,6 +59,13 @@ type kind[T record] struct {
 	// moreLabels, if set, sets the labels of the kind beyond the provisioner
 	// and handle labels every record has.
 	moreLabels func(T, map[string]string)
+
+	// format is the kind's format, formatVersion points at the record's
+	// spec.formatVersion, and migrations[v] makes a record of version v one
+	// of version v+1 (in memory: the next write stores it).
+	format        compat.Format
+	formatVersion func(T) *int
+	migrations    map[int]func(T)
 }
 
 // store reads and writes one provisioner's records of one kind.
@@ -311,13 +319,20 @@ func (s *store[T]) ByHandle(ctx context.Context, handle string, live bool) ([]T,
 }
 
 // list returns every record of this provisioner, from the cache with our own
-// writes the cache has not caught up with, sorted by name.
+// writes the cache has not caught up with, sorted by name. A record pav cannot
+// read (a newer format) is an error, never left out.
 func (s *store[T]) list() ([]T, error) {
 	if !s.Synced() {
 		return nil, s.kind.notStarted
 	}
 	byName := map[string]T{}
 	for _, obj := range s.informer.GetIndexer().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			// The transform kept what it could not read: say why.
+			if _, err := s.fromUnstructured(u); err != nil {
+				return nil, err
+			}
+		}
 		if v, ok := obj.(T); ok && *s.kind.provisioner(v) == s.provisioner {
 			byName[v.GetName()] = v
 		}
@@ -442,6 +457,9 @@ func (s *store[T]) remember(u *unstructured.Unstructured) (T, error) {
 
 func (s *store[T]) toUnstructured(v T) (*unstructured.Unstructured, error) {
 	v.GetObjectKind().SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(s.kind.name))
+	// Every write is of this pav's format: fromUnstructured migrated what
+	// it read.
+	*s.kind.formatVersion(v) = s.kind.format.Current
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(v)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", s.kind.name, v.GetName(), err)
@@ -449,11 +467,36 @@ func (s *store[T]) toUnstructured(v T) (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: m}, nil
 }
 
+// fromUnstructured reads a record, of this pav's format: an older one is
+// migrated (in memory; the next write stores it), a newer one refused before
+// anything of it is used, since its fields may mean what this pav does not
+// know (compat.NewerError).
 func (s *store[T]) fromUnstructured(u *unstructured.Unstructured) (T, error) {
+	var none T
 	v := s.kind.new()
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, v); err != nil {
-		var none T
 		return none, fmt.Errorf("%s %s is unreadable: %w", s.kind.name, u.GetName(), err)
 	}
+	if err := migrate(s.kind, v, u.GetName()); err != nil {
+		return none, err
+	}
 	return v, nil
+}
+
+// migrate brings a record of kind k to k's current format, one version at a
+// time, or refuses it (a newer format, or a version no pav writes).
+func migrate[T record](k *kind[T], v T, name string) error {
+	ver := k.formatVersion(v)
+	if err := k.format.Check(name, *ver); err != nil {
+		return err
+	}
+	for *ver < k.format.Current {
+		step, ok := k.migrations[*ver]
+		if !ok {
+			return fmt.Errorf("%s %s has format version %d, which this pav (%s) cannot migrate: a pav bug", k.name, name, *ver, compat.Release)
+		}
+		step(v)
+		*ver++
+	}
+	return nil
 }
