@@ -11,6 +11,8 @@
 #                      cluster (BENCH_N=20,100 BENCH_REPS=5); prints a table
 #   make bench-scale   pav's controller side with SCALE_NODES (1000) nodes simulated by
 #                      kwok: SCALE_PVCS (1000) PVCs at once, Bound, then deleted; prints a table
+#   make e2e-upgrade   the upgrade from the last release (test/e2e/upgrade/last-release) to this
+#                      tree on the local cluster, with volumes in use (outside make ci)
 #   make conformance   Kubernetes' own External Storage e2e tests against pav's provisioners
 #                      on the local cluster (hack/conformance.sh; test/conformance)
 #   make demo          build what the demo uses, cluster up, install pav, apply hello-world,
@@ -155,6 +157,15 @@ SOAK_FAULTS      ?=
 .PHONY: soak
 soak: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SOAK=1 SOAK_LIFECYCLES='$(SOAK_LIFECYCLES)' SOAK_CONCURRENCY='$(SOAK_CONCURRENCY)' SOAK_SEED='$(SOAK_SEED)' SOAK_FAULTS='$(SOAK_FAULTS)' GO=$(GO) GO_TEST_LOG=_output/soak.log hack/go-test.sh -tags e2e -count=1 -timeout 8h -v -run '^TestSoak$$' ./test/e2e/
+
+# e2e-upgrade: the upgrade from the last release (test/e2e/upgrade/last-release) to this tree
+# on the local cluster (test/e2e/upgrade_test.go; docs/development.md#the-upgrade-test), outside
+# make ci (some 10 minutes): hack/upgrade-from.sh builds the release's images from its own tree,
+# then the test uninstalls pav, installs the release, makes volumes in use, upgrades, and
+# reinstalls pav as make deploy-e2e does.
+.PHONY: e2e-upgrade
+e2e-upgrade: e2e-setup
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_CLUSTER_DIR=$(CLUSTER_DIR) PAV_UPGRADE=1 GO=$(GO) GO_TEST_LOG=_output/upgrade.log hack/go-test.sh -tags e2e -count=1 -timeout 40m -v -run '^TestUpgrade$$' ./test/e2e/
 
 # e2e-multinode: the cross-node tests on 3 nodes; on a smaller cluster it boots nodes 2 and 3
 # for them and removes them afterwards (hack/e2e-multinode.sh). make e2e runs it when NODES < 3
