@@ -160,9 +160,9 @@ soak: e2e-setup
 
 # e2e-upgrade: the upgrade from the last release (test/e2e/upgrade/last-release) to this tree
 # on the local cluster (test/e2e/upgrade_test.go; docs/development.md#the-upgrade-test), outside
-# make ci (some 10 minutes): hack/upgrade-from.sh builds the release's images from its own tree,
-# then the test uninstalls pav, installs the release, makes volumes in use, upgrades, and
-# reinstalls pav as make deploy-e2e does.
+# make ci (6 minutes on 2 cores, the test 4 of them): hack/upgrade-from.sh builds the release's
+# images from its own tree, then the test uninstalls pav, installs the release, makes volumes in
+# use, upgrades, and reinstalls pav as make deploy-e2e does.
 .PHONY: e2e-upgrade
 e2e-upgrade: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_CLUSTER_DIR=$(CLUSTER_DIR) PAV_UPGRADE=1 GO=$(GO) GO_TEST_LOG=_output/upgrade.log hack/go-test.sh -tags e2e -count=1 -timeout 40m -v -run '^TestUpgrade$$' ./test/e2e/
