@@ -261,6 +261,11 @@ func TestUpgrade(t *testing.T) {
 	if err := os.RemoveAll(upgradeRoot); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if !t.Failed() { // else its record of pod runs tells what happened
+			_ = os.RemoveAll(upgradeRoot)
+		}
+	})
 
 	// The release's images, from its own tree.
 	run(t, filepath.Join(repo, "hack", "upgrade-from.sh"), "--import")
