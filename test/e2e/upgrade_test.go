@@ -247,16 +247,8 @@ func TestUpgrade(t *testing.T) {
 		t.Logf("%s: %v", what, time.Since(step).Round(100*time.Millisecond))
 		step = time.Now()
 	}
-	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pv := range pvs.Items {
-		if d := pv.Annotations["pv.kubernetes.io/provisioned-by"]; pv.Spec.CSI != nil && d == pv.Spec.CSI.Driver {
-			if _, err := getProvisioner(ctx, d); err == nil {
-				t.Fatalf("PV %s of provisioner %s exists: uninstalling pav would (rightly) wait for it; run make e2e-upgrade on a cluster without other volumes", pv.Name, d)
-			}
-		}
+	if pv := volumeHoldingUninstall(t, ctx); pv != "" {
+		t.Fatalf("%s exists: uninstalling pav would (rightly) wait for it; run make e2e-upgrade on a cluster without other volumes", pv)
 	}
 	if err := os.RemoveAll(upgradeRoot); err != nil {
 		t.Fatal(err)

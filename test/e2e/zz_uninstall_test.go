@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,16 +28,8 @@ func TestUninstall(t *testing.T) {
 	// `kubectl delete pav --all` rightly waits for every volume of every
 	// provisioner: on a cluster shared with other work, a volume this suite did
 	// not make (and cannot delete) would hold it.
-	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pv := range pvs.Items {
-		if d := pv.Annotations["pv.kubernetes.io/provisioned-by"]; pv.Spec.CSI != nil && d == pv.Spec.CSI.Driver {
-			if _, err := getProvisioner(ctx, d); err == nil {
-				t.Skipf("PV %s of provisioner %s, which this suite did not make, exists: uninstalling would (rightly) wait for it; run on a cluster of its own", pv.Name, d)
-			}
-		}
+	if pv := volumeHoldingUninstall(t, ctx); pv != "" {
+		t.Skipf("%s, which this suite did not make, exists: uninstalling would (rightly) wait for it; run on a cluster of its own", pv)
 	}
 	t.Cleanup(func() {
 		start := time.Now()
@@ -66,6 +59,24 @@ func TestUninstall(t *testing.T) {
 	}
 	// The Helm chart, on this cluster without pav (before the reinstall above).
 	t.Run("HelmChart", testHelmChart)
+}
+
+// volumeHoldingUninstall names a provisioned PV of a PavProvisioner that exists ("PV x
+// of provisioner y"), which `kubectl delete pav --all` would rightly wait for, or "".
+func volumeHoldingUninstall(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range pvs.Items {
+		if d := pv.Annotations["pv.kubernetes.io/provisioned-by"]; pv.Spec.CSI != nil && d == pv.Spec.CSI.Driver {
+			if _, err := getProvisioner(ctx, d); err == nil {
+				return fmt.Sprintf("PV %s of provisioner %s", pv.Name, d)
+			}
+		}
+	}
+	return ""
 }
 
 // leftAfterUninstall lists what remains of an install: the objects of its
