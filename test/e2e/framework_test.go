@@ -63,6 +63,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: no cluster (%v); run `make e2e`\n", err)
 		os.Exit(1)
 	}
+	// client-go's default of 5 requests a second throttles the suite's polls once lanes and
+	// the soak's lifecycles run at once (kubectl allows 50, bursts of 300).
+	cfg.QPS, cfg.Burst = 50, 300
 	client = kubernetes.NewForConfigOrDie(cfg)
 	dyn = dynamic.NewForConfigOrDie(cfg)
 	if inLanes {
