@@ -107,6 +107,10 @@ for _ in 1 2 3 4 5; do
 done
 
 # 3. the control plane, kube-proxy, etcd, then containerd -------------------------------------
+# (their supervisors first, which would restart them: up.sh's start)
+for name in kube-scheduler kube-controller-manager; do
+  if pid="$(supervisor_of "$name")"; then kill -TERM "$pid" 2>/dev/null || true; fi
+done
 stop kube-proxy kube-scheduler kube-controller-manager kube-apiserver
 stop etcd   # after the apiserver, which otherwise waits for it on shutdown
 stop containerd

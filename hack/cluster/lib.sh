@@ -56,6 +56,16 @@ DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler k
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# supervisor_of NAME: the pid of the loop that restarts daemon NAME (up.sh's start), if it runs.
+supervisor_of() {
+  local f="$RUN/$1.supervisor.pid" pid
+  [ -f "$f" ] || return 1
+  pid="$(cat "$f" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF " $RUN/$1.pid " || return 1
+  echo "$pid"
+}
+
 # pid_of NAME: the pid in NAME's pid file if that process is alive and runs NAME's binary.
 pid_of() {
   local f="$RUN/$1.pid" pid exe

@@ -102,7 +102,7 @@ kube_proxy_config "$CONF/kube-proxy.yaml" "$CONF/kube-proxy.kubeconfig" "$NODE_N
 start() {
   local name="$1"; shift
   local pid
-  if pid="$(pid_of "$name")"; then
+  if pid="$(pid_of "$name")" || pid="$(supervisor_of "$name")"; then
     log "$name: already running (pid $pid)"
     return 1
   fi
@@ -111,9 +111,23 @@ start() {
   # The daemon keeps no inherited descriptor beyond 0-2: one held by whoever ran this script
   # (say, `flock /tmp/pav-cluster.lock make e2e`'s lock) would stay held as long as the
   # cluster runs.
+  local run='echo $$ > "$0"; exec "$@"'
+  case "$name" in
+    kube-scheduler|kube-controller-manager)
+      # Restarted when they exit, as a real control plane's are (static pods, systemd): both
+      # exit by design on an inconsistency they cannot repair, such as the scheduler's cache
+      # after an API server crash lost a binding's answer. The supervisor's pid is in
+      # NAME.supervisor.pid (down.sh stops it first), the daemon's in NAME.pid.
+      # shellcheck disable=SC2016
+      run='echo $$ > "${0%.pid}.supervisor.pid"; trap "kill -TERM \$child 2>/dev/null; wait; exit 0" TERM
+        while :; do
+          "$@" & child=$!; echo "$child" > "$0"; wait "$child"; rc=$?
+          echo "==== $(date -Is) exited ($rc): restarting in 1 s"; sleep 1
+        done' ;;
+  esac
   PATH="$BIN:$PATH" setsid bash -c 'for fd in /proc/$$/fd/*; do fd=${fd##*/}
       if [ "$fd" -gt 2 ] && [ -e "/proc/$$/fd/$fd" ]; then eval "exec $fd>&-"; fi; done
-    echo $$ > "$0"; exec "$@"' "$RUN/$name.pid" "$BIN/$name" "$@" \
+    '"$run" "$RUN/$name.pid" "$BIN/$name" "$@" \
     >> "$LOGS/$name.log" 2>&1 < /dev/null &
   local i
   for i in $(seq 50); do [ -s "$RUN/$name.pid" ] && pid_of "$name" >/dev/null && break; sleep 0.1; done

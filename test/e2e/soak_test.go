@@ -287,7 +287,11 @@ func transient(err error) bool {
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 	}
 	c := st.Status().Code
-	return c >= 500 || c == 429 || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
+	// A 404 that names no object is the API server's own "could not find the requested
+	// resource", while it starts and has not installed its routes yet; an object not
+	// found names it (details).
+	routesNotYet := c == 404 && st.Status().Details == nil
+	return c >= 500 || c == 429 || routesNotYet || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
 // apiCreate is apiRetry of a create: an object already there (made by an earlier try whose
