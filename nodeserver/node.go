@@ -53,6 +53,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -101,10 +102,22 @@ type Server struct {
 	// BootID is the node's boot ID; "" = the kernel's (tests simulate a reboot
 	// by changing it).
 	BootID string
+	// ForgottenGrace is how long a staging no pod uses must have been left
+	// alone by the kubelet before the node plugin unstages it itself, the
+	// kubelet having forgotten it (forgotten.go); 0: never. WatchForgotten
+	// starts the checks.
+	ForgottenGrace time.Duration
+	// Clock is the time (tests); nil: time.Now.
+	Clock func() time.Time
 
 	busy     inflight.Set
 	bootOnce sync.Once
 	bootErr  error
+
+	// For UnstageForgotten: when its checks began, and when the kubelet last
+	// called for each volume (handle → time.Time).
+	watchedSince time.Time
+	touched      sync.Map
 }
 
 // runPod runs op's pod under the identity recorded in *slot, recording a fresh
@@ -398,6 +411,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
+	s.touch(handle) // before the volume is taken: see forgotten.go
 	r, err := newStageRequest(handle, target, req.GetVolumeCapability(), req.GetVolumeContext())
 	if err != nil {
 		return nil, err
@@ -740,6 +754,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
+	s.touch(handle) // the kubelet still means to unstage it: see forgotten.go
 	release, ok := s.busy.TryAcquire(handle)
 	if !ok {
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
@@ -752,6 +767,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, grpcerr.Status(err)
 	}
 	if st == nil {
+		s.touched.Delete(handle)
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
 	p, err := s.Source.Get(false)
@@ -769,6 +785,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err := s.unstage(ctx, p, st, dir, !rebooted); err != nil {
 		return nil, grpcerr.Status(err)
 	}
+	s.touched.Delete(handle)
 	klog.FromContext(ctx).V(2).Info("Volume unstaged", "handle", handle)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
@@ -790,6 +807,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
+	s.touch(handle) // see forgotten.go
 	r, err := newStageRequest(handle, staging, req.GetVolumeCapability(), req.GetVolumeContext())
 	if err != nil {
 		return nil, err

@@ -71,6 +71,10 @@ type Options struct {
 	// PodNamespace is where pods whose template names no namespace go; "" =
 	// this pod's namespace ($POD_NAMESPACE), else podrunner.DefaultNamespace.
 	PodNamespace string
+	// ForgottenGrace (--unstage-forgotten-after): node plugins unstage a
+	// staging the kubelet forgot once it went unused this long; 0: never
+	// (nodeserver's forgotten.go).
+	ForgottenGrace time.Duration
 	// Rate limits the driver's API requests (--kube-api-qps, --kube-api-burst).
 	Rate    kubeconfig.Rate
 	Version string
@@ -91,6 +95,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--endpoint is required, e.g. unix:///csi/csi.sock")
 	case o.PodTimeout < 0:
 		return fmt.Errorf("--pod-timeout must not be negative")
+	case o.ForgottenGrace < 0:
+		return fmt.Errorf("--unstage-forgotten-after must not be negative (0: never)")
 	case o.PodNamespace != "" && len(validation.IsDNS1123Label(o.PodNamespace)) > 0:
 		return fmt.Errorf("--pod-namespace %q is not a namespace name: %s", o.PodNamespace, strings.Join(validation.IsDNS1123Label(o.PodNamespace), "; "))
 	case o.PodReport != "" && o.PodReport != PodReportAuto && o.PodReport != string(podrunner.ReportExec) && o.PodReport != string(podrunner.ReportSidecar):
@@ -219,6 +225,10 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		}
 		// Staging pods deleted while the node plugin was down left no event.
 		svc.Node.Sweep()
+		if d.Client != nil && o.ForgottenGrace > 0 {
+			svc.Node.ForgottenGrace = o.ForgottenGrace
+			svc.Node.WatchForgotten(ctx, forgottenCheckInterval(o.ForgottenGrace))
+		}
 	}
 	if o.Mode != ModeNode {
 		if d.Dynamic == nil {
@@ -242,6 +252,13 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		}
 	}
 	return svc, src, nil
+}
+
+// forgottenCheckInterval is how often the node plugin looks for stagings the
+// kubelet forgot: a quarter of the grace, within [5 s, 1 min]. Each look reads
+// the state directory and the mount table (nodeserver's forgotten.go).
+func forgottenCheckInterval(grace time.Duration) time.Duration {
+	return min(max(grace/4, 5*time.Second), time.Minute)
 }
 
 // adoptLegacyVolumes records the volumes v0.2.0 created (controllerserver's

@@ -107,6 +107,27 @@ func UnmountAll(root string) error {
 	return fmt.Errorf("mounts under %s keep coming back", root)
 }
 
+// MountPointsNaming lists this mount namespace's mount points that have name
+// as one of their path elements: the kubelet's targets for a PV's publications
+// (pods/UID/volumes/kubernetes.io~csi/PV/mount, and
+// plugins/kubernetes.io/csi/volumeDevices/publish/PV/UID for Block) do.
+func MountPointsNaming(name string) ([]string, error) {
+	if name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("%q is not a path element", name)
+	}
+	mps, err := mountPoints()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, mp := range mps {
+		if strings.HasSuffix(mp, "/"+name) || strings.Contains(mp, "/"+name+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
 // mountPoints lists this mount namespace's mount points, unescaped.
 func mountPoints() ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")

@@ -197,3 +197,45 @@ func TestRemoveAllNeverCrossesAMount(t *testing.T) {
 		t.Fatalf("removing what is gone: %v", err)
 	}
 }
+
+func TestMountPointsNaming(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	targets := map[string]bool{ // mount point → names pvc-1
+		filepath.Join(dir, "pods", "uid", "volumes", "kubernetes.io~csi", "pvc-1", "mount"):  true,
+		filepath.Join(dir, "publish", "pvc-1"):                                               true,
+		filepath.Join(dir, "pods", "uid", "volumes", "kubernetes.io~csi", "pvc-10", "mount"): false,
+		filepath.Join(dir, "xpvc-1"):                                                         false,
+	}
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = UnmountAll(dir) })
+	for mp := range targets {
+		if err := os.MkdirAll(mp, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := Bind(src, mp, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := MountPointsNaming("pvc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mp := range got {
+		found[mp] = true
+	}
+	for mp, want := range targets {
+		if found[mp] != want {
+			t.Errorf("%s listed: %v, want %v (all: %v)", mp, found[mp], want, got)
+		}
+	}
+	for _, bad := range []string{"", "a/b"} {
+		if _, err := MountPointsNaming(bad); err == nil {
+			t.Errorf("MountPointsNaming(%q): no error", bad)
+		}
+	}
+}

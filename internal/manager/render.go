@@ -143,6 +143,9 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		if c.driver && s.PodReport != "" {
 			ct.Args = setArg(ct.Args, "--pod-report", s.PodReport)
 		}
+		if g := s.NodePlugin.UnstageForgottenAfter; g != nil && c.driver && c.spec == node {
+			ct.Args = setArg(ct.Args, "--unstage-forgotten-after", g.Duration.String())
+		}
 		// The registrar alone makes no API request (and has no such flag).
 		if a := s.KubeAPI; a != nil && c.name != containerRegistrar {
 			ct.Args = setArg(ct.Args, "--"+kubeconfig.FlagQPS, strconv.FormatFloat(a.QPS, 'f', -1, 64))

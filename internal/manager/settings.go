@@ -42,21 +42,38 @@ type Settings struct {
 type PodTimeout struct{ time.Duration }
 
 // UnmarshalJSON reads a duration string and names the setting when it is not one.
-func (d *PodTimeout) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("podTimeout must be a duration string such as 10m or 90s, got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("podTimeout must be a duration such as 10m or 90s, got %q", s)
-	}
-	d.Duration = v
-	return nil
+func (d *PodTimeout) UnmarshalJSON(b []byte) (err error) {
+	d.Duration, err = parseDuration("podTimeout", b)
+	return err
 }
 
 // MarshalJSON writes the duration string.
 func (d PodTimeout) MarshalJSON() ([]byte, error) { return json.Marshal(d.Duration.String()) }
+
+// ForgottenGrace is a Go duration ("2m"; "0s": never).
+type ForgottenGrace struct{ time.Duration }
+
+// UnmarshalJSON reads a duration string and names the setting when it is not one.
+func (d *ForgottenGrace) UnmarshalJSON(b []byte) (err error) {
+	d.Duration, err = parseDuration("nodePlugin.unstageForgottenAfter", b)
+	return err
+}
+
+// MarshalJSON writes the duration string.
+func (d ForgottenGrace) MarshalJSON() ([]byte, error) { return json.Marshal(d.Duration.String()) }
+
+// parseDuration reads the duration string of the setting key.
+func parseDuration(key string, b []byte) (time.Duration, error) {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return 0, fmt.Errorf("%s must be a duration string such as 10m or 90s, got %s", key, b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s must be a duration such as 10m or 90s, got %q", key, s)
+	}
+	return v, nil
+}
 
 // Images of the containers the manager deploys.
 type Images struct {
@@ -74,6 +91,10 @@ type Images struct {
 type NodePlugin struct {
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+	// UnstageForgottenAfter is the node plugins' --unstage-forgotten-after:
+	// how long a staging the kubelet forgot (it restarted while unstaging it)
+	// must have gone unused before the node plugin unstages it; "0s": never.
+	UnstageForgottenAfter *ForgottenGrace `json:"unstageForgottenAfter,omitempty"`
 }
 
 // Resources of each container; nil keeps the manifest's requests.
@@ -135,6 +156,9 @@ func (s Settings) Validate() error {
 	}
 	if s.PodTimeout != nil && s.PodTimeout.Duration < 0 {
 		return fmt.Errorf("podTimeout must not be negative (0s means no limit), got %v", s.PodTimeout.Duration)
+	}
+	if g := s.NodePlugin.UnstageForgottenAfter; g != nil && g.Duration < 0 {
+		return fmt.Errorf("nodePlugin.unstageForgottenAfter must not be negative (0s means never), got %v", g.Duration)
 	}
 	for _, r := range []struct {
 		key string

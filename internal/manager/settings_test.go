@@ -103,6 +103,13 @@ func TestRenderAppliesSettings(t *testing.T) {
 				}
 			}
 		}},
+		{"forgotten-staging grace for the node plugin only", Settings{NodePlugin: NodePlugin{UnstageForgottenAfter: &ForgottenGrace{30 * time.Second}}}, func(t *testing.T, o *Objects) {
+			for name, c := range containers(o) {
+				if has := slices.Contains(c.Args, "--unstage-forgotten-after=30s"); has != (name == "node/pav") {
+					t.Errorf("%s args %v", name, c.Args)
+				}
+			}
+		}},
 		{"API client rate of every container that talks to the API", Settings{KubeAPI: &kubeconfig.Rate{QPS: 200.5, Burst: 400}}, func(t *testing.T, o *Objects) {
 			for name, c := range containers(o) {
 				var got []string
@@ -189,6 +196,8 @@ func TestSettingsErrors(t *testing.T) {
 		{"kubeAPI: {qps: 20}\n", "kubeAPI (qps, burst) sets every container's flags: --kube-api-burst must be at least 1, got 0"},
 		{"podTimeout: soon\n", `podTimeout must be a duration such as 10m or 90s, got "soon"`},
 		{"podReport: fast\n", `podReport must be auto, exec or sidecar, got "fast"`},
+		{"nodePlugin: {unstageForgottenAfter: -1m}\n", "nodePlugin.unstageForgottenAfter must not be negative"},
+		{"nodePlugin: {unstageForgottenAfter: later}\n", `nodePlugin.unstageForgottenAfter must be a duration such as 10m or 90s, got "later"`},
 		{"resources: {node: {requests: {memory: 2Gi}, limits: {memory: 1Gi}}}\n", "resources.node: the memory request 2Gi is above its limit 1Gi"},
 	} {
 		path := filepath.Join(dir, "config.yaml")

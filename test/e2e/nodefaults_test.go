@@ -427,6 +427,31 @@ func TestNodeReboot(t *testing.T) {
 	}
 }
 
+// TestKubeletRestartedDuringUnstaging is what the soak found (issue 26): the kubelet
+// restarted while NodeUnstageVolume ran. A restarted kubelet rebuilds its view of mounted
+// volumes from its pods' directories; the volume's last pod was gone, so it never asked
+// again, and the staging (state directory, unstaging pod) stayed on the node for good. The
+// node plugin now finishes it once the kubelet's node status has not listed the volume in
+// use for the grace (nodeserver's forgotten.go; a minute): a ForgottenStagingUnstaged event
+// on the claim, the unstaging pod adopted (it ran once), nothing left.
+func TestKubeletRestartedDuringUnstaging(t *testing.T) {
+	e := newEnv(t)
+	pv := e.backendVolume("data", false, map[string]string{"unstageSleep": "20"})
+	handle := pv.Spec.CSI.VolumeHandle
+	token := "pav-e2e-" + rand.String(8)
+	e.liveClient("client", "data", token, false)
+	if got := e.waitRead("client", 0); got != token {
+		t.Fatalf("client read %q", got)
+	}
+	if err := client.CoreV1().Pods(e.ns).Delete(e.ctx, "client", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.phasePodOf("unstaging", handle+"@"+e.nodeName())
+	e.reboot(func() {}) // the kubelet stopped, then started again: nothing else undone
+	e.waitEvent("PersistentVolumeClaim", "data", nodeserver.ReasonForgottenUnstaged, 4*time.Minute, handle, "node "+e.nodeName())
+	e.finish(pv, "data", false, 1, 1, "client")
+}
+
 // reboot stops the kubelet, runs undo (what a reboot does to the node), and
 // starts the kubelet again with hack/cluster/up.sh (which waits for the node
 // to be Ready with a fresh heartbeat). The kubelet is restarted whatever
