@@ -113,8 +113,14 @@ func inLane(t *testing.T, lane string) {
 	t.Cleanup(laneTests.Done)
 	t.Parallel()
 	mu, _ := laneLocks.LoadOrStore(lane, &sync.Mutex{})
+	waiting := time.Now()
 	mu.(*sync.Mutex).Lock()
 	t.Cleanup(mu.(*sync.Mutex).Unlock) // registered before the test's own: runs after them
+	// What each lane costs, for balancing them (its tests' "in lane" times add up).
+	got := time.Now()
+	t.Cleanup(func() {
+		t.Logf("lane %s: waited %v, in lane %v", lane, got.Sub(waiting).Round(time.Second), time.Since(got).Round(time.Second))
+	})
 }
 
 // afterLanes holds t until every lane's test has finished (see Lanes). Call it first.
