@@ -96,6 +96,11 @@ const (
 	laneExamples = "examples" // the examples' provisioners and their READMEs
 	lanePavE2E   = "pav-e2e"  // the suite's own provisioner, its backend and node directory
 	laneOwn      = "own"      // tests that make provisioners of their own (PaV's system tests...)
+	// laneSelf: tests of a shared provisioner that create and check only objects of their own
+	// (namespace, classes, volumes, the volumes' own pods and directories), never the
+	// provisioner as a whole: they may run beside that provisioner's lane. A long test moves
+	// here to shorten its lane (lane times: "lane NAME: waited …, in lane …" in the log).
+	laneSelf = "self"
 )
 
 var (

@@ -44,7 +44,7 @@ func (d lbData) read(claim string) string {
 // current data, and writing to the clone leaves the original alone. Deleting everything
 // leaves no PavVolume or PavSnapshot record, no pod, and no file on the node.
 func TestExampleLoopBlockSnapshots(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneSelf) // its own namespace, classes and volumes only
 	start := time.Now()
 	requireSnapshotCRDs(t)
 	waitExample(t, "loop-block")
