@@ -35,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,8 +84,8 @@ func (s *Server) lastUse(dir, handle string) time.Time {
 
 // idle says whether the volume's staging was left alone for the grace, and
 // is published nowhere on the node (see the file comment): the checks that
-// read only this node.
-func (s *Server) idle(dir string, st *staged) (bool, error) {
+// read only this node. mounts is the node's mount table, read once per look.
+func (s *Server) idle(dir string, st *staged, mounts func() ([]string, error)) (bool, error) {
 	if s.ForgottenGrace <= 0 || s.now().Sub(s.lastUse(dir, st.Handle)) < s.ForgottenGrace {
 		return false, nil
 	}
@@ -93,8 +94,8 @@ func (s *Server) idle(dir string, st *staged) (bool, error) {
 		// (no API: csi-sanity).
 		return false, nil
 	}
-	mps, err := hostmount.MountPointsNaming(st.PV)
-	return err == nil && len(mps) == 0, err
+	mps, err := mounts()
+	return err == nil && len(hostmount.PathsNaming(mps, st.PV)) == 0, err
 }
 
 // claimUsed says whether a pod on this node, in the API, uses the volume's
@@ -155,13 +156,15 @@ func (s *Server) UnstageForgotten(ctx context.Context) {
 		}
 		return
 	}
+	// Read once for all volumes, and only if one was left alone for the grace.
+	mounts := sync.OnceValues(hostmount.MountPoints)
 	for _, e := range entries {
 		dir := filepath.Join(s.StateDir, e.Name())
 		st, err := readState(dir)
 		if err != nil || st == nil {
 			continue
 		}
-		if ok, err := s.idle(dir, st); err != nil || !ok {
+		if ok, err := s.idle(dir, st, mounts); err != nil || !ok {
 			continue
 		}
 		if err := s.unstageForgotten(ctx, st.Handle); err != nil {
@@ -192,7 +195,8 @@ func (s *Server) unstageForgotten(ctx context.Context, handle string) error {
 	if err != nil || st == nil {
 		return err
 	}
-	if ok, err := s.idle(dir, st); err != nil || !ok {
+	// Read again: a pod may have been published since.
+	if ok, err := s.idle(dir, st, hostmount.MountPoints); err != nil || !ok {
 		return err
 	}
 	logger := klog.FromContext(ctx).WithValues("handle", handle, "pv", st.PV)

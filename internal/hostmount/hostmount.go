@@ -107,26 +107,22 @@ func UnmountAll(root string) error {
 	return fmt.Errorf("mounts under %s keep coming back", root)
 }
 
-// MountPointsNaming lists this mount namespace's mount points that have name
-// as one of their path elements: the kubelet's targets for a PV's publications
+// PathsNaming lists the paths (mount points, say) that have name as one of
+// their elements: the kubelet's targets for a PV's publications
 // (pods/UID/volumes/kubernetes.io~csi/PV/mount, and
 // plugins/kubernetes.io/csi/volumeDevices/publish/PV/UID for Block) do.
-func MountPointsNaming(name string) ([]string, error) {
-	if name == "" || strings.Contains(name, "/") {
-		return nil, fmt.Errorf("%q is not a path element", name)
-	}
-	mps, err := mountPoints()
-	if err != nil {
-		return nil, err
-	}
+func PathsNaming(paths []string, name string) []string {
 	var out []string
-	for _, mp := range mps {
-		if strings.HasSuffix(mp, "/"+name) || strings.Contains(mp, "/"+name+"/") {
-			out = append(out, mp)
+	for _, p := range paths {
+		if strings.HasSuffix(p, "/"+name) || strings.Contains(p, "/"+name+"/") {
+			out = append(out, p)
 		}
 	}
-	return out, nil
+	return out
 }
+
+// MountPoints lists this mount namespace's mount points.
+func MountPoints() ([]string, error) { return mountPoints() }
 
 // mountPoints lists this mount namespace's mount points, unescaped.
 func mountPoints() ([]string, error) {
