@@ -148,7 +148,7 @@ type soakVolume struct {
 	claim, node string
 	handle, pv  string // pv: also the CSI volume name, pvc-<claim uid>
 	uid         types.UID
-	deleted     map[string]int // phase → pods of it the injector deleted
+	deleted     map[string]int // phase → pods of it the injector deleted (or caught starting: strikeStarting)
 	gone        bool           // its PV went
 	done        bool           // the lifecycle ran to its end
 }
@@ -713,9 +713,9 @@ func (s *soak) checkRuns(v *soakVolume) {
 		extra := deleted[ph] + deleted[soakRevert[ph]]
 		switch {
 		case n < 1 || n > 1+extra:
-			s.violate(v, "the %s pod ran %d times, want once (or up to %d more: pods the injector deleted)", ph, n, extra)
+			s.violate(v, "the %s pod ran %d times, want once (or up to %d more: pods the injector deleted, or caught starting on a kubelet it stopped)", ph, n, extra)
 		case n > 1:
-			s.t.Logf("soak: lifecycle %d: the %s pod ran %d times after the injector deleted a pod of it", v.id, ph, n)
+			s.t.Logf("soak: lifecycle %d: the %s pod ran %d times after the injector deleted (or caught starting) a pod of it", v.id, ph, n)
 		}
 	}
 }
@@ -956,6 +956,7 @@ func (s *soak) restartKubelet(ctx context.Context, f soakFaultPlan) (string, err
 	if err != nil {
 		return what, err
 	}
+	s.strikeStarting(ctx, hostNode())
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return what, fmt.Errorf("stopping the kubelet (pid %d): %v", pid, err)
 	}
@@ -968,6 +969,27 @@ func (s *soak) restartKubelet(ctx context.Context, f soakFaultPlan) (string, err
 		return what, fmt.Errorf("restarting the kubelet: %v\n%s", err, out)
 	}
 	return what, nil
+}
+
+// strikeStarting counts the soak's phase pods still starting (Pending) on a node whose
+// kubelet is about to stop as struck, as a deleted pod is: a container the kubelet was
+// starting is cancelled with it (StartError), though its command may have begun, and the
+// phase then runs once more. A pod that starts fine after all just leaves the allowance
+// unused.
+func (s *soak) strikeStarting(ctx context.Context, node string) {
+	pods, err := soakPods(ctx)
+	if err != nil {
+		s.t.Logf("soak: cannot list the phase pods starting on %s before its kubelet stops: %v", node, err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range pods {
+		if v := s.byKey[keyVolume(p.Annotations[podrunner.AnnotationVolumeKey])]; v != nil && p.Spec.NodeName == node &&
+			p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodPending {
+			v.deleted[p.Labels[podrunner.LabelPhase]]++
+		}
+	}
 }
 
 // daemonPid is the pid of one of hack/cluster/up.sh's daemons, from its pid file.
