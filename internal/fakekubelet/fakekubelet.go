@@ -20,7 +20,7 @@
 // UIDs and creationTimestamps on create, UID preconditions and graceful
 // deletion on delete (a running pod bound to a node gets a deletionTimestamp,
 // its containers are stopped, then it is removed), pods/log, and watches that
-// hand out copies.
+// hand out copies and, after a list, do not miss the removals in between.
 package fakekubelet
 
 import (
@@ -127,7 +127,10 @@ type Options struct {
 	StatusLag time.Duration
 }
 
-var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
+var (
+	podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
+	podsGVK = corev1.SchemeGroupVersion.WithKind("Pod")
+)
 
 // Kubelet is the fake kubelet.
 type Kubelet struct {
@@ -139,6 +142,10 @@ type Kubelet struct {
 
 	mu   sync.Mutex // serializes every read-modify-write of a pod
 	pods map[types.UID]*podState
+	// gone holds the last state of every pod removed, in order (guarded by
+	// mu, as are the removals and the lists of onList): a watch that follows
+	// a list is told of those removed since (onWatch).
+	gone []*corev1.Pod
 	logs []logEntry
 	wg   sync.WaitGroup
 }
@@ -172,32 +179,129 @@ func New(client *fake.Clientset, behaviour Behaviour, opts Options) *Kubelet {
 	}
 	client.PrependReactor("create", "pods", k.onCreate)
 	client.PrependReactor("delete", "pods", k.onDelete)
+	client.PrependReactor("list", "pods", k.onList)
 	client.PrependReactor("get", "pods", k.onGetLog)
 	client.PrependWatchReactor("pods", k.onWatch)
 	return k
 }
 
+// onList serves pod lists (but those with a field selector, which the tracker
+// ignores: a test may serve them itself) from the tracker, under the lock of
+// the removals, and appends to the list's resourceVersion how many pods were
+// removed so far: "<tracker's resourceVersion>.<removals>" (onWatch).
+func (k *Kubelet) onList(action k8stesting.Action) (bool, runtime.Object, error) {
+	la, ok := action.(k8stesting.ListActionImpl)
+	if !ok || la.GetSubresource() != "" {
+		return false, nil, nil
+	}
+	if f := la.GetListRestrictions().Fields; f != nil && !f.Empty() {
+		return false, nil, nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	obj, err := k.tracker.List(podsGVR, podsGVK, la.GetNamespace(), la.ListOptions)
+	if err != nil {
+		return true, nil, err
+	}
+	list := obj.(*corev1.PodList)
+	list.ResourceVersion = fmt.Sprintf("%s.%d", list.ResourceVersion, len(k.gone))
+	return true, list, nil
+}
+
 // onWatch serves pod watches from the tracker, as the fake clientset does, but
-// with every event's object copied. The tracker sends a watch that starts after
-// pods exist the very objects it stores, while an informer may change what it
-// receives (pav's runner drops managedFields in a transform): a data race with
-// the tracker's next read of the pod. A real API server decodes fresh objects
-// for every watcher.
+// with every event's object copied, and without losing a removal.
+//
+// The tracker sends a watch that starts after pods exist the very objects it
+// stores, while an informer may change what it receives (pav's runner drops
+// managedFields in a transform): a data race with the tracker's next read of
+// the pod. A real API server decodes fresh objects for every watcher.
+//
+// A watch from the resourceVersion of a list (an informer's, after its initial
+// list) gets from the tracker the pods added or changed since, but not those
+// removed since: an informer would keep such a pod in its cache for ever (a
+// runner restarted while its previous process's pod was being removed, say,
+// would wait for that pod to go). A real API server sends their deletions; so
+// does this watch, first, for the pods removed between the list (onList) and
+// the watch.
 func (k *Kubelet) onWatch(action k8stesting.Action) (bool, watch.Interface, error) {
 	var opts metav1.ListOptions
 	if wa, ok := action.(k8stesting.WatchActionImpl); ok {
 		opts = wa.ListOptions
 	}
-	w, err := k.tracker.Watch(podsGVR, action.GetNamespace(), opts)
+	ns := action.GetNamespace()
+	since := -1
+	if rv, n, ok := strings.Cut(opts.ResourceVersion, "."); ok {
+		i, err := strconv.Atoi(n)
+		if err != nil {
+			return true, nil, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q", opts.ResourceVersion))
+		}
+		opts.ResourceVersion, since = rv, i
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	w, err := k.tracker.Watch(podsGVR, ns, opts)
 	if err != nil {
 		return false, nil, err
 	}
-	return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+	var missed []watch.Event
+	if since >= 0 && since <= len(k.gone) {
+		for _, p := range k.gone[since:] {
+			if ns == metav1.NamespaceAll || p.Namespace == ns {
+				missed = append(missed, watch.Event{Type: watch.Deleted, Object: p.DeepCopy()})
+			}
+		}
+	}
+	return true, newCopyWatch(w, missed), nil
+}
+
+// copyWatch hands out first the missed events, then copies of the tracker
+// watch's. Unlike watch.Filter, its goroutine ends when it is stopped, even
+// with an event nobody receives.
+type copyWatch struct {
+	in   watch.Interface
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func newCopyWatch(in watch.Interface, missed []watch.Event) *copyWatch {
+	w := &copyWatch{in: in, out: make(chan watch.Event), stop: make(chan struct{})}
+	go w.loop(missed)
+	return w
+}
+
+func (w *copyWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *copyWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.in.Stop()
+	})
+}
+
+func (w *copyWatch) loop(missed []watch.Event) {
+	defer close(w.out)
+	send := func(e watch.Event) bool {
+		select {
+		case w.out <- e:
+			return true
+		case <-w.stop:
+			return false
+		}
+	}
+	for _, e := range missed {
+		if !send(e) {
+			return
+		}
+	}
+	for e := range w.in.ResultChan() {
 		if e.Object != nil {
 			e.Object = e.Object.DeepCopyObject()
 		}
-		return e, true
-	}), nil
+		if !send(e) {
+			return
+		}
+	}
 }
 
 // Start watches pods until ctx is done; it returns once its informer has synced.
@@ -307,7 +411,11 @@ func (k *Kubelet) onDelete(action k8stesting.Action) (bool, runtime.Object, erro
 	st := k.pods[pod.UID]
 	if st == nil || pod.Spec.NodeName == "" || grace == 0 ||
 		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return true, nil, k.tracker.Delete(podsGVR, ns, name)
+		if err := k.tracker.Delete(podsGVR, ns, name); err != nil {
+			return true, nil, err
+		}
+		k.gone = append(k.gone, pod)
+		return true, nil, nil
 	}
 	now := metav1.Now()
 	pod.DeletionTimestamp = &now
@@ -401,7 +509,9 @@ func (k *Kubelet) remove(st *podState) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if obj, err := k.tracker.Get(podsGVR, st.ns, st.name); err == nil && obj.(*corev1.Pod).UID == st.uid {
-		_ = k.tracker.Delete(podsGVR, st.ns, st.name)
+		if k.tracker.Delete(podsGVR, st.ns, st.name) == nil {
+			k.gone = append(k.gone, obj.(*corev1.Pod))
+		}
 	}
 	delete(k.pods, st.uid)
 	// The emptyDir goes with the pod (a hostPath stays, as on a real node).

@@ -2,6 +2,7 @@ package fakekubelet_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,5 +159,75 @@ func TestGracefulDeletion(t *testing.T) {
 	}
 	if last := steps[len(steps)-2]; last.phase != "Failed" || last.main != "terminated" || last.report != "terminated" {
 		t.Errorf("before removal: %v", last)
+	}
+}
+
+// TestWatchAfterListSeesRemovals: a watch from the resourceVersion of a list
+// (an informer's, after its first list) is told of the pods removed between the
+// list and the watch, as a real API server's watch would be. The fake
+// clientset's tracker only replays the pods added or changed since: an
+// informer would keep a pod removed in between in its cache for ever.
+func TestWatchAfterListSeesRemovals(t *testing.T) {
+	ctx, client := start(t, fakekubelet.Outcome{Kind: fakekubelet.Run}, fakekubelet.Options{})
+	pods := client.CoreV1().Pods("default")
+	for _, name := range []string{"before", "between", "after"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "x"}}}}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(name string, done func(*corev1.Pod, error) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if done(p, err) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pod %s: timed out (%v)", name, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	remove := func(name string) {
+		t.Helper()
+		if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(name, func(_ *corev1.Pod, err error) bool { return apierrors.IsNotFound(err) })
+	}
+	for _, name := range []string{"before", "between", "after"} {
+		waitFor(name, func(p *corev1.Pod, err error) bool { return err == nil && p.Status.Phase == corev1.PodRunning })
+	}
+
+	remove("before")
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remove("between")
+	w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	remove("after")
+
+	var deleted []string
+	timeout := time.After(10 * time.Second)
+	for len(deleted) == 0 || deleted[len(deleted)-1] != "after" {
+		select {
+		case <-timeout:
+			t.Fatalf("timed out; deletions seen: %v", deleted)
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Deleted {
+				deleted = append(deleted, ev.Object.(*corev1.Pod).Name)
+			}
+		}
+	}
+	if want := []string{"between", "after"}; !slices.Equal(deleted, want) {
+		t.Errorf("deletions seen: %v, want %v", deleted, want)
 	}
 }
