@@ -207,17 +207,8 @@ func (s *Server) unstageForgotten(ctx context.Context, handle string) error {
 		}
 		return err
 	}
-	p, err := s.Source.Get(false)
-	if err != nil {
-		return err
-	}
-	boot, err := s.boot()
-	if err != nil {
-		return err
-	}
-	rebooted := st.BootID != "" && st.BootID != boot
-	logger.Info("The kubelet forgot this staging (it restarted while unstaging it, say): unstaging it", "rebooted", rebooted)
-	if err := s.unstage(ctx, p, st, dir, !rebooted); err != nil {
+	logger.Info("The kubelet forgot this staging (it restarted while unstaging it, say): unstaging it")
+	if err := s.unstageRecorded(ctx, st, dir); err != nil {
 		return err
 	}
 	unstaged = true

@@ -743,6 +743,25 @@ func (s *Server) unstage(ctx context.Context, p *v1alpha1.PavProvisioner, st *st
 	return hostmount.RemoveAll(dir)
 }
 
+// unstageRecorded unstages a volume from its recorded state, with the spec in
+// force, as NodeUnstageVolume does (and a staging the kubelet forgot): after a
+// reboot without the unstaging pod (see discard).
+func (s *Server) unstageRecorded(ctx context.Context, st *staged, dir string) error {
+	p, err := s.Source.Get(false)
+	if err != nil {
+		return err
+	}
+	boot, err := s.boot()
+	if err != nil {
+		return grpcerr.WithCode(codes.Internal, err)
+	}
+	rebooted := st.BootID != "" && st.BootID != boot
+	if rebooted {
+		klog.FromContext(ctx).Info("The node rebooted since the volume was staged: not running the unstaging pod", "handle", st.Handle)
+	}
+	return s.unstage(ctx, p, st, dir, !rebooted)
+}
+
 // NodeUnstageVolume undoes NodeStageVolume. An unknown volume is already
 // unstaged. It runs with the staging's recorded context (no API reads); after
 // a reboot it does not run the unstaging pod (see discard).
@@ -770,19 +789,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		s.touched.Delete(handle)
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
-	p, err := s.Source.Get(false)
-	if err != nil {
-		return nil, err
-	}
-	boot, err := s.boot()
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	rebooted := st.BootID != "" && st.BootID != boot
-	if rebooted {
-		klog.FromContext(ctx).Info("The node rebooted since the volume was staged: not running the unstaging pod", "handle", handle)
-	}
-	if err := s.unstage(ctx, p, st, dir, !rebooted); err != nil {
+	if err := s.unstageRecorded(ctx, st, dir); err != nil {
 		return nil, grpcerr.Status(err)
 	}
 	s.touched.Delete(handle)
