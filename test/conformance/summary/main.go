@@ -58,7 +58,7 @@ var skipRules = []struct {
 }{
 	{regexp.MustCompile(`(?i)nodes is less than|with at least \d+ nodes|not enough topologies|multi-topology environment`), whySingleNode},
 	{regexp.MustCompile(`only supports singleNodeVolume`), whyNodeLocal},
-	{regexp.MustCompile(`(?i)^(Suite|Test|This test) .*(not (support|valid)|covered by)|not implemented|^skipping multiple PV mount test for block|binding mode currently not supported|raw block volumes cannot be read-only|is (not )?ephemeral|skipping %?\d|^Skipping .* test for expansion|supports dynamic provisioning, skipping|incompatible with this test|Multiple generic ephemeral volumes`), whyPattern},
+	{regexp.MustCompile(`(?i)^(Suite|Test|This test) .*(not (support|valid)|covered by)|not implemented|^skipping multiple PV mount test for block|binding mode currently not supported|raw block volumes cannot be read-only|is (not )?ephemeral|skipping %?\d|^Skipping .* test for expansion|supports dynamic provisioning, skipping|incompatible with this test|Multiple generic ephemeral volumes|^Filesystem volume case should be covered by block|^Driver .* does not support snapshots - skipping`), whyPattern},
 	{regexp.MustCompile(`(?i)^Driver .*(does not|doesn't|didn't|has no|returned nil|requires)|does not have any InlineVolumeAttributes|does not support multiple PVs|only works with CSI drivers`), whyCapability},
 }
 

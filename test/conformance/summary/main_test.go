@@ -80,6 +80,10 @@ func TestClassify(t *testing.T) {
 		{"Driver loop-block only supports singleNodeVolume -- skipping", whyNodeLocal},
 		{"No topology with at least 2 nodes found - skipping", whySingleNode},
 		{"Test is not valid for Block volume mode - skipping", whyPattern},
+		{"Filesystem volume case should be covered by block volume case -- skipping", whyPattern},
+		// the pattern has no snapshot type; a driver without snapshots says "volume snapshots"
+		{`Driver "loop-block" does not support snapshots - skipping`, whyPattern},
+		{`Driver "pav-e2e" does not support volume snapshots - skipping`, whyCapability},
 		{"WaitForFirstConsumer binding mode currently not supported for this test", whyPattern},
 		{"Suite \"provisioning\" does not support InlineVolume", whyPattern},
 		{"Only supported for node OS distro [windows] (not )", whyFeatureAbsent},
