@@ -5,7 +5,8 @@
 #   IMAGE is any of: pause busybox csi-provisioner csi-snapshotter snapshot-controller
 #                    pav registrar resizer
 #                    loop-block encryption encrypted-fs object-bucket (default: all these)
-#                    e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing (make conformance;
+#                    e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing
+#                    e2e-hello-populator e2e-volume-data-source-validator (make conformance;
 #                    never by default)
 #   --import   also load them into the local cluster's containerd (every node's)
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
@@ -41,20 +42,32 @@
 #   pav.local/e2e-test-images/agnhost:2.63.0
 #                                  /agnhost (k8s.io/kubernetes/test/images/agnhost, built by
 #                                  hack/build-tools.sh e2e; entrypoint /agnhost pause, as
-#                                  upstream's) over busybox for the shell the specs exec
+#                                  upstream's) over busybox for the shell the specs exec, and
+#                                  an nsenter that reaches the node's mount namespace where
+#                                  PID 1's cannot be opened (hack/images/e2e-agnhost/nsenter)
 #   pav.local/e2e-test-images/busybox:1.37.0-1
-#                                  busybox with Debian's dash and GNU coreutils over it: the
-#                                  specs use busybox 1.37's options (dd oflag=nocache), which
-#                                  Debian's busybox 1.35 lacks and GNU's tools have
+#                                  busybox with Debian's bash as sh and GNU coreutils over it:
+#                                  the specs use busybox 1.37's options (dd oflag=nocache),
+#                                  which Debian's busybox 1.35 lacks and GNU's tools have, and
+#                                  its shell's `let`, which dash lacks
 #   pav.local/e2e-test-images/nginx:1.15-4, pav.local/e2e-test-images/glibc-dns-testing:2.0.0
 #                                  the same, under the names of the images that the storage
 #                                  specs run a shell command in (exec, multi-pod volumes): a
 #                                  stand-in, not nginx or glibc; its default command serves
 #                                  HTTP on port 80 (busybox httpd) or sleeps
+# The images the storage suite's "any volume data source" spec deploys, under their upstream
+# names (registry.k8s.io/sig-storage: the suite's default for them), test-only stand-ins built
+# from this repository because the Go module proxy refuses their source:
+#   registry.k8s.io/sig-storage/hello-populator:v1.0.1
+#                                  /hello-populator = test/hello-populator (lib-volume-populator's
+#                                  example hello-populator); the spec deploys it as the controller,
+#                                  which runs it again (--image-name, IfNotPresent) as populator pods
+#   registry.k8s.io/sig-storage/volume-data-source-validator:v1.0.0
+#                                  /volume-data-source-validator = test/volume-data-source-validator
 # Such an image is a merged-/usr tree (/bin, /sbin, /lib, /lib64 link into /usr, as in
-# debian:bookworm) with Debian's dash as /bin/sh (Debian's busybox shell runs its own applets
-# before PATH), busybox applets for the small tools, and the Depends/Pre-Depends
-# closure of its package list unpacked over it: `apt-cache depends` (first alternative; a
+# debian:bookworm) with Debian's dash (bash for the suite's images) as /bin/sh (Debian's
+# busybox shell runs its own applets before PATH), busybox applets for the small tools, and
+# the Depends/Pre-Depends closure of its package list unpacked over it: `apt-cache depends` (first alternative; a
 # virtual package's first provider), `apt-get download` into _output/images/debs (kept and
 # reused), `dpkg-deb --fsys-tarfile | tar -x`. Maintainer scripts never run, so packages that
 # only they need (adduser, debconf, perl-base, …: DEB_EXCLUDE) are left out; a busybox applet
@@ -86,6 +99,8 @@ declare -A REF=(
   [e2e-busybox]=pav.local/e2e-test-images/busybox:1.37.0-1
   [e2e-nginx]=pav.local/e2e-test-images/nginx:1.15-4
   [e2e-glibc-dns-testing]=pav.local/e2e-test-images/glibc-dns-testing:2.0.0
+  [e2e-hello-populator]=registry.k8s.io/sig-storage/hello-populator:v1.0.1
+  [e2e-volume-data-source-validator]=registry.k8s.io/sig-storage/volume-data-source-validator:v1.0.0
 )
 ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav registrar resizer loop-block encryption encrypted-fs object-bucket)
 
@@ -95,18 +110,22 @@ declare -A DEB_PKGS=(
   [encryption]="dash cryptsetup-bin dmsetup util-linux jq"
   [encrypted-fs]="dash gocryptfs fuse3 util-linux"
   [object-bucket]="dash fuse3"
-  [e2e-busybox]="dash coreutils"
-  [e2e-nginx]="dash coreutils"
-  [e2e-glibc-dns-testing]="dash coreutils"
+  [e2e-busybox]="bash coreutils"
+  [e2e-nginx]="bash coreutils"
+  [e2e-glibc-dns-testing]="bash coreutils"
 )
+# The suite's images stand in for busybox 1.37, whose sh (ash) has bash's `let`, `echo -n`
+# and arithmetic: its volume I/O specs write their test file with `let i+=1` in a loop, which
+# under dash never ends. Their /bin/sh is bash.
+E2E_SH_SMOKE='i=0; let i+=1; [ "$(echo -n x; echo $((i + 1)))" = x2 ]'
 declare -A DEB_SMOKE=(
   [loop-block]="losetup --version && mkfs.ext4 -V && e2fsck -V && blockdev --version && mountpoint --version && findmnt --version && cp --sparse=always --version >/dev/null && truncate --version >/dev/null"
   [encryption]="cryptsetup --version && command -v dmsetup && jq --version && blockdev --version && wipefs --version"
   [encrypted-fs]="gocryptfs -version && fusermount3 --version && mountpoint --version"
   [object-bucket]="rclone version && fusermount3 --version"
-  [e2e-busybox]="dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1 && blockdev --help 2>&1 | grep -q getss && sha256sum /dev/null && base64 /dev/null"
-  [e2e-nginx]="dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1 && httpd --help 2>&1 | grep -q -- -f"
-  [e2e-glibc-dns-testing]="dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1"
+  [e2e-busybox]="$E2E_SH_SMOKE && dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1 && blockdev --help 2>&1 | grep -q getss && sha256sum /dev/null && base64 /dev/null"
+  [e2e-nginx]="$E2E_SH_SMOKE && dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1 && httpd --help 2>&1 | grep -q -- -f"
+  [e2e-glibc-dns-testing]="$E2E_SH_SMOKE && dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1"
 )
 # Left out of every closure: needed only by maintainer scripts, or busybox does their job
 # (unless an image names one in DEB_PKGS: loop-block's copies need GNU cp --sparse).
@@ -225,7 +244,8 @@ rootfs_debs() {
       fi
     done
   done
-  ln -sf dash "$r/usr/bin/sh"
+  # /bin/sh: the first package's shell (dash; bash for the suite's images, below)
+  ln -sf "${DEB_PKGS[$name]%% *}" "$r/usr/bin/sh"
   rm -rf "$r"/usr/share/{doc,man,info,locale,lintian,bug}
   log "$name: busybox + ${#pkgs[@]} Debian packages: ${pkgs[*]}"
 }
@@ -314,6 +334,7 @@ build_one() {
       [ -x "$BIN/agnhost" ] || { echo "$BIN/agnhost missing: run hack/build-tools.sh e2e" >&2; exit 1; }
       rootfs_busybox "$r"
       cp "$BIN/agnhost" "$r/agnhost"; ln -s agnhost "$r/agnhost-2"
+      mkdir -p "$r/usr/local/bin"; cp "$ROOT/hack/images/e2e-agnhost/nsenter" "$r/usr/local/bin/nsenter"
       write_image "$name" "${REF[$name]}" "$r" '["/agnhost"]' '["pause"]' ;;
     e2e-busybox|e2e-nginx|e2e-glibc-dns-testing)
       rootfs_debs "$r" "$name"
@@ -329,6 +350,11 @@ build_one() {
       gobuild "$BIN/registrar" ./test/registrar
       cp "$BIN/registrar" "$r/csi-node-driver-registrar"
       write_image registrar "${REF[registrar]}" "$r" '["/csi-node-driver-registrar"]' 'null' ;;
+    e2e-hello-populator|e2e-volume-data-source-validator)
+      local cmd="${name#e2e-}"
+      gobuild "$BIN/$cmd" "./test/$cmd"
+      cp "$BIN/$cmd" "$r/$cmd"
+      write_image "$name" "${REF[$name]}" "$r" "[\"/$cmd\"]" 'null' ;;
     resizer)
       gobuild "$BIN/resizer" ./test/resizer
       cp "$BIN/resizer" "$r/csi-resizer"
