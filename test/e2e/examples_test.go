@@ -600,6 +600,37 @@ func TestExampleObjectBucket(t *testing.T) {
 		t.Fatalf("linker printed %q, want the link's target and a.txt's content", out)
 	}
 	e.deletePod("linker")
+	// A file of the volume as a subPath: the kubelet opens the file, lstats its path, and
+	// binds the opened file. That needs one inode per file between lookups: with rclone
+	// forgetting a directory's files as soon as it lists them (dirCacheTime 0s), the lstat
+	// gave the file a new inode and the bind failed ("failed to prepare subPath").
+	sub := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "subpath", Namespace: e.ns},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1)),
+			NodeSelector: map[string]string{hostnameKey: hostNode()},
+			Volumes: []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "shared"}}}},
+			Containers: []corev1.Container{{Name: "client", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:      []string{"cat", "/a.txt"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "shared", MountPath: "/a.txt", SubPath: "a.txt"}}}}}}
+	if _, err := client.CoreV1().Pods(e.ns).Create(e.ctx, sub, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.pollFor("the pod with a.txt as its subPath done", 2*time.Minute, func() (bool, error) {
+		p, err := client.CoreV1().Pods(e.ns).Get(e.ctx, "subpath", metav1.GetOptions{})
+		if err != nil || p.Status.Phase == corev1.PodSucceeded {
+			return err == nil, err
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if w := c.State.Waiting; w != nil {
+				return false, fmt.Errorf("%s: %s", w.Reason, w.Message)
+			}
+		}
+		return false, fmt.Errorf("phase %s", p.Status.Phase)
+	})
+	if out := e.logs("subpath"); out != "from-a\n" {
+		t.Fatalf("the pod with a.txt as its subPath printed %q, want from-a", out)
+	}
+	e.deletePod("subpath")
 	e.deletePod("writer-a")
 	e.deletePod("writer-b")
 	e.waitUnstaged("object-bucket", bucket)
