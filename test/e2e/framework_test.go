@@ -101,6 +101,8 @@ const (
 	// provisioner as a whole: they may run beside that provisioner's lane. A long test moves
 	// here to shorten its lane (lane times: "lane NAME: waited …, in lane …" in the log).
 	laneSelf = "self"
+	// laneSanity: csi-sanity against a provisioner of its own (TestCSISanityOnCluster)
+	laneSanity = "sanity"
 )
 
 var (

@@ -30,7 +30,7 @@ import (
 // withhold it), the Filesystem part checks instead that node expansion fails saying so
 // and that the ext4 has grown once a new client stages the volume again.
 func TestExampleLoopBlockExpansion(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneSelf)
 	start := time.Now()
 	waitExample(t, "loop-block")
 	requireSidecar(t, "loop-block", "resizer")

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -301,13 +302,27 @@ func TestInvalidProvisionersRejected(t *testing.T) {
 }
 
 // csi-sanity (the binary) against the plugins on the running cluster: the node
-// plugin's socket on the host and the controller's socket in its pod's emptyDir.
+// plugin's socket on the host and the controller's socket in its pod's emptyDir. The
+// plugins are those of a copy of the suite's provisioner made for this test: csi-sanity
+// takes minutes, and the pav-e2e lane's tests kill that provisioner's plugins, so the test
+// runs in a lane of its own beside them.
 func TestCSISanityOnCluster(t *testing.T) {
-	inLane(t, lanePavE2E)
+	inLane(t, laneSanity)
 	bin := filepath.Join(repo, "_output", "bin", "csi-sanity")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("csi-sanity not built (make tools): %v", err)
 	}
+	e := newEnv(t)
+	y, err := os.ReadFile(filepath.Join(repo, "test", "e2e", "pav-e2e", "provisioner.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// csi-sanity wants a driver name that starts and ends with a letter
+	driver := "e2e-sanity-" + strings.ToLower(rand.String(4)) + "-csi"
+	if !strings.Contains(string(y), "\n  name: pav-e2e\n") {
+		t.Fatal("test/e2e/pav-e2e/provisioner.yaml: no metadata.name pav-e2e to rename")
+	}
+	e.newProvisioner(strings.Replace(string(y), "\n  name: pav-e2e\n", "\n  name: "+driver+"\n", 1))
 	pods, err := client.CoreV1().Pods("pav").List(bgCtx(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + driver + ",app.kubernetes.io/component=controller"})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("controller pod: %v (%d)", err, len(pods.Items))
