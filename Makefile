@@ -140,7 +140,7 @@ e2e-setup: tools cluster-up images deploy-e2e
 e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=2 PAV_BENCH_REPS=1 $(GO) test -tags bench -count=1 -timeout 10m -v -run '^TestBench$$' ./test/bench/
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=20 PAV_SCALE_PVCS=10 PAV_SCALE_TIMEOUT=5m $(GO) test -tags scale -count=1 -timeout 10m -v -run '^TestScale$$' ./test/scale/
-	PAV_CLUSTER_DIR=$(CLUSTER_DIR) CONFORMANCE_OUT=$(CURDIR)/_output/conformance-smoke CONFORMANCE_FOCUS='$(CONFORMANCE_SMOKE)' hack/conformance.sh
+	PAV_CLUSTER_DIR=$(CLUSTER_DIR) CONFORMANCE_OUT=$(CURDIR)/_output/conformance-smoke CONFORMANCE_FOCUS='$(CONFORMANCE_SMOKE)' CONFORMANCE_PROCS=$(CONFORMANCE_SMOKE_PROCS) hack/conformance.sh
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_E2E_PARALLEL=1 GO=$(GO) GO_TEST_LOG=_output/e2e.log hack/go-test.sh -tags e2e -count=1 -timeout 40m -v ./test/e2e/
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SOAK=1 SOAK_LIFECYCLES=6 SOAK_CONCURRENCY=3 SOAK_FAULTS=controller,phasepod GO=$(GO) GO_TEST_LOG=_output/soak-smoke.log hack/go-test.sh -tags e2e -count=1 -timeout 15m -v -run '^TestSoak$$' ./test/e2e/
 	@if [ "$(NODES)" -lt 3 ]; then $(MAKE) --no-print-directory e2e-multinode; fi
@@ -180,6 +180,8 @@ e2e-multinode:
 # the other settings. make e2e runs CONFORMANCE_SMOKE, a few specs per driver.
 CONFORMANCE_DRIVERS ?=
 CONFORMANCE_SMOKE   ?= provisioning should provision storage with defaults|volumes should store data
+# the smoke's specs (7) all at once: they mostly wait on pods
+CONFORMANCE_SMOKE_PROCS ?= 7
 conformance: e2e-setup
 	PAV_CLUSTER_DIR=$(CLUSTER_DIR) hack/conformance.sh $(CONFORMANCE_DRIVERS)
 
