@@ -36,6 +36,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/pods-as-volumes/pav/test/standin"
 )
 
 // The data source kind, and the example's paths in the populator pod.
@@ -658,7 +660,7 @@ func runController(ctx context.Context, o *options) error {
 		return err
 	}
 	if o.httpEndpoint != "" {
-		go serveHTTP(ctx, o.httpEndpoint, o.metricsPath)
+		go standin.ServeHTTP(ctx, o.httpEndpoint, o.metricsPath)
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))

@@ -35,16 +35,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
@@ -174,20 +171,4 @@ func restConfig(o *options) (*rest.Config, error) {
 		return cfg, nil
 	}
 	return kubeconfig.Load(o.kubeconfig, rate)
-}
-
-// serveHTTP serves /healthz, and the process's and client-go's metrics on
-// metricsPath, on addr until ctx ends.
-func serveHTTP(ctx context.Context, addr, metricsPath string) {
-	mux := http.NewServeMux()
-	mux.Handle(metricsPath, metrics.HandlerFor(kubeconfig.Gatherer(), metrics.HandlerOpts{ErrorHandling: metrics.ContinueOnError}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		klog.ErrorS(err, "HTTP endpoint failed", "address", addr)
-	}
 }

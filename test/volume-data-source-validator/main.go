@@ -29,7 +29,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -46,10 +45,10 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
+	"github.com/pods-as-volumes/pav/test/standin"
 )
 
 // version is what --version prints: the upstream image this stands in for.
@@ -139,7 +138,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	if o.httpEndpoint != "" {
-		go serveHTTP(ctx, o.httpEndpoint, o.metricsPath)
+		go standin.ServeHTTP(ctx, o.httpEndpoint, o.metricsPath)
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -204,20 +203,4 @@ func podNamespace() string {
 		}
 	}
 	return "default"
-}
-
-// serveHTTP serves /healthz, and the process's and client-go's metrics on
-// metricsPath, on addr until ctx ends.
-func serveHTTP(ctx context.Context, addr, metricsPath string) {
-	mux := http.NewServeMux()
-	mux.Handle(metricsPath, metrics.HandlerFor(kubeconfig.Gatherer(), metrics.HandlerOpts{ErrorHandling: metrics.ContinueOnError}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		klog.ErrorS(err, "HTTP endpoint failed", "address", addr)
-	}
 }
