@@ -231,7 +231,7 @@ func TestRenderExampleDetails(t *testing.T) {
 
 	p, td = ex("object-bucket")
 	r = renderPhase(t, "-f", p, "--phase", "staging", "--pvc", td("pvc"), "--pv", td("pv"), "--node", td("node"))
-	wantAll(t, "object-bucket staging (ReadWriteMany)", script(t, r), "--dir-cache-time 0s --attr-timeout 0s", `rclone mount2 "$bucket" /pav/volume`)
+	wantAll(t, "object-bucket staging (ReadWriteMany)", script(t, r), "--dir-cache-time 100ms --attr-timeout 100ms", `rclone mount2 "$bucket" /pav/volume`)
 	if r.Pod.Namespace != "pav-object-store" || r.Pod.Spec.TerminationGracePeriodSeconds == nil {
 		t.Fatalf("object-bucket staging pod in %q", r.Pod.Namespace)
 	}
