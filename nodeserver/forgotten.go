@@ -118,28 +118,26 @@ func (s *Server) claimUsed(ctx context.Context, st *staged) (string, error) {
 	return "", nil
 }
 
-// WatchForgotten runs UnstageForgotten every interval until ctx is done,
-// counting the grace of every staging from now at least.
-func (s *Server) WatchForgotten(ctx context.Context, interval time.Duration) {
+// WatchNode runs the node plugin's own checks every interval until ctx is
+// done: UnstageForgotten (counting the grace of every staging from now at
+// least) and ReleaseStaleSubPaths (subpaths.go). Each reads this node's state
+// directory and mount table, and asks the API only about what it found there:
+// in a healthy node, never.
+func (s *Server) WatchNode(ctx context.Context, interval time.Duration) {
 	s.watchedSince = s.now()
-	go s.UnstageForgottenEvery(ctx, interval)
-}
-
-// UnstageForgottenEvery runs UnstageForgotten every interval until ctx is
-// done. It reads this node's state directory and mount table, and asks the
-// API only about a staging that no mount uses and the kubelet left alone for
-// the grace: in a healthy node, never.
-func (s *Server) UnstageForgottenEvery(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.UnstageForgotten(ctx)
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.UnstageForgotten(ctx)
+				s.ReleaseStaleSubPaths(ctx)
+			}
 		}
-	}
+	}()
 }
 
 // UnstageForgotten unstages, as NodeUnstageVolume would, every staging on this

@@ -104,11 +104,15 @@ type Server struct {
 	BootID string
 	// ForgottenGrace is how long a staging no pod uses must have been left
 	// alone by the kubelet before the node plugin unstages it itself, the
-	// kubelet having forgotten it (forgotten.go); 0: never. WatchForgotten
+	// kubelet having forgotten it (forgotten.go); 0: never. WatchNode
 	// starts the checks.
 	ForgottenGrace time.Duration
 	// Clock is the time (tests); nil: time.Now.
 	Clock func() time.Time
+	// Mounts and Unmount stand for the node's mount table and unmounts
+	// (tests); nil: hostmount's.
+	Mounts  func() ([]hostmount.Mount, error)
+	Unmount func(path string) error
 
 	busy     inflight.Set
 	bootOnce sync.Once

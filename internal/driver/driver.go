@@ -225,9 +225,9 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		}
 		// Staging pods deleted while the node plugin was down left no event.
 		svc.Node.Sweep()
-		if d.Client != nil && o.ForgottenGrace > 0 {
+		if d.Client != nil {
 			svc.Node.ForgottenGrace = o.ForgottenGrace
-			svc.Node.WatchForgotten(ctx, forgottenCheckInterval(o.ForgottenGrace))
+			svc.Node.WatchNode(ctx, nodeCheckInterval(o.ForgottenGrace))
 		}
 	}
 	if o.Mode != ModeNode {
@@ -254,11 +254,17 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 	return svc, src, nil
 }
 
-// forgottenCheckInterval is how often the node plugin looks for stagings the
-// kubelet forgot: a quarter of the grace, within [5 s, 1 min]. Each look reads
-// the state directory and the mount table (nodeserver's forgotten.go).
-func forgottenCheckInterval(grace time.Duration) time.Duration {
-	return min(max(grace/4, 5*time.Second), time.Minute)
+// nodeCheckInterval is how often the node plugin looks for stagings the
+// kubelet forgot and subPath mounts it cannot clean up: a quarter of the
+// grace, within [5 s, 15 s] (15 s without a grace). Each look reads the state
+// directory and the mount table (nodeserver's forgotten.go, subpaths.go). A
+// pod stuck on such a subPath mount waits that long at most, plus the
+// kubelet's back-off.
+func nodeCheckInterval(grace time.Duration) time.Duration {
+	if grace <= 0 {
+		return 15 * time.Second
+	}
+	return min(max(grace/4, 5*time.Second), 15*time.Second)
 }
 
 // adoptLegacyVolumes records the volumes v0.2.0 created (controllerserver's

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -124,22 +125,44 @@ func PathsNaming(paths []string, name string) []string {
 // MountPoints lists this mount namespace's mount points.
 func MountPoints() ([]string, error) { return mountPoints() }
 
-// mountPoints lists this mount namespace's mount points, unescaped.
-func mountPoints() ([]string, error) {
+// A Mount is a line of mountinfo: where, and the file system's device.
+type Mount struct {
+	Path string // the mount point, unescaped
+	Dev  string // "major:minor" of the mounted file system: every bind of one file system has its own
+}
+
+// Mounts lists this mount namespace's mounts.
+func Mounts() ([]Mount, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
+	return parseMountInfo(f)
+}
+
+// mountPoints lists this mount namespace's mount points, unescaped.
+func mountPoints() ([]string, error) {
+	ms, err := Mounts()
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Path
+	}
+	return out, err
+}
+
+// parseMountInfo reads /proc/PID/mountinfo's format (proc(5)): "ID PARENT
+// MAJOR:MINOR ROOT MOUNTPOINT …".
+func parseMountInfo(r io.Reader) ([]Mount, error) {
+	var out []Mount
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 5 {
 			continue
 		}
-		out = append(out, unescapeOctal(fields[4]))
+		out = append(out, Mount{Path: unescapeOctal(fields[4]), Dev: fields[2]})
 	}
 	return out, sc.Err()
 }

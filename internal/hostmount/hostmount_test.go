@@ -5,6 +5,7 @@ package hostmount
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -233,5 +234,20 @@ func TestPathsNaming(t *testing.T) {
 		if found[mp] != want {
 			t.Errorf("%s listed: %v, want %v (all: %v)", mp, found[mp], want, got)
 		}
+	}
+}
+
+func TestParseMountInfo(t *testing.T) {
+	in := `22 1 0:21 / /sys rw,nosuid shared:7 - sysfs sysfs rw
+512 30 0:77 /sub/dir /var/lib/kubelet/pods/u/volume-subpaths/my\040vol/c/0 rw,relatime shared:300 - fuse.gocryptfs /dev/fuse rw
+short line
+`
+	got, err := parseMountInfo(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Mount{{Path: "/sys", Dev: "0:21"}, {Path: "/var/lib/kubelet/pods/u/volume-subpaths/my vol/c/0", Dev: "0:77"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }

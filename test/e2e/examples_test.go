@@ -471,6 +471,31 @@ func TestExampleEncryptedFS(t *testing.T) {
 		t.Fatalf("reader read %q, want %q", out, secret)
 	}
 	e.deletePod("reader")
+
+	// A container deletes the directory of its own subPath (the External Storage suite's
+	// "should be able to unmount after the subpath directory is deleted"). gocryptfs
+	// answers ENOENT for the removed directory, which the kubelet takes for "not
+	// mounted": it would retry removing the mount's directory for ever, the pod staying
+	// Terminating (kubernetes/kubernetes#139535). The node plugin unmounts it for the
+	// kubelet, within its check interval (15 s) and the kubelet's back-off.
+	sub := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "subpath", Namespace: e.ns},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1)),
+			NodeSelector: map[string]string{hostnameKey: hostNode()},
+			Volumes: []corev1.Volume{{Name: "private", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "private"}}}},
+			Containers: []corev1.Container{{Name: "client", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"sleep", "3600"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "private", MountPath: "/data/private"},
+					{Name: "private", MountPath: "/sub", SubPath: "sub"}}}}}}
+	if _, err := client.CoreV1().Pods(e.ns).Create(e.ctx, sub, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPodRunning("subpath")
+	e.exec("subpath", "rm -r /data/private/sub && ! stat /sub")
+	deleted := time.Now()
+	e.deletePod("subpath")
+	t.Logf("the pod whose subPath directory was deleted terminated in %v", time.Since(deleted).Round(time.Second))
+	e.waitEvent("PersistentVolumeClaim", "private", nodeserver.ReasonStaleSubPathReleased, 10*time.Second, "volume-subpaths/private/client/")
 	e.waitUnstaged("encrypted-fs", handle)
 	if m := fuseMounts("fuse.gocryptfs"); len(m) != 0 {
 		t.Fatalf("gocryptfs mounts left on the node after unstaging: %v", m)
