@@ -495,7 +495,7 @@ func TestExampleEncryptedFS(t *testing.T) {
 	deleted := time.Now()
 	e.deletePod("subpath")
 	t.Logf("the pod whose subPath directory was deleted terminated in %v", time.Since(deleted).Round(time.Second))
-	e.waitEvent("PersistentVolumeClaim", "private", nodeserver.ReasonStaleSubPathReleased, 10*time.Second, "volume-subpaths/private/client/")
+	e.waitEvent("PersistentVolumeClaim", "private", nodeserver.ReasonStaleSubPathReleased, 10*time.Second, "volume-subpaths/"+pv.Name+"/client/1 ")
 	e.waitUnstaged("encrypted-fs", handle)
 	if m := fuseMounts("fuse.gocryptfs"); len(m) != 0 {
 		t.Fatalf("gocryptfs mounts left on the node after unstaging: %v", m)
