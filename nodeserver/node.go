@@ -122,6 +122,8 @@ type Server struct {
 	// called for each volume (handle → time.Time).
 	watchedSince time.Time
 	touched      sync.Map
+	// For ReleaseStaleSubPaths: the subPath mounts being stat'ed (path → true).
+	statting sync.Map
 }
 
 // runPod runs op's pod under the identity recorded in *slot, recording a fresh

@@ -42,6 +42,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,7 +155,7 @@ func (s *Server) ReleaseStaleSubPaths(ctx context.Context) {
 		klog.ErrorS(err, "Cannot read the mount table to look for subPath mounts the kubelet cannot clean up")
 		return
 	}
-	stale := findStaleSubPaths(mounts, byPV, func(p string) error { _, err := os.Stat(p); return err })
+	stale := findStaleSubPaths(mounts, byPV, s.statOnce)
 	if len(stale) == 0 {
 		return
 	}
@@ -200,6 +201,38 @@ func (s *Server) ReleaseStaleSubPaths(ctx context.Context) {
 		s.eventf(sp.st, corev1.EventTypeNormal, ReasonStaleSubPathReleased,
 			"The directory of a subPath of volume %s that %s mounted was deleted, and the volume's file system answers ENOENT for it, which the kubelet takes for \"not mounted\" (kubernetes/kubernetes#139535): pav unmounted %s so that the pod can finish terminating",
 			sp.st.Handle, who, sp.path)
+	}
+}
+
+// subPathStatTimeout bounds how long a look waits for a stat of a subPath
+// mount: a FUSE server that hangs would hang the stat, and with it the node
+// plugin's checks (forgotten stagings too).
+const subPathStatTimeout = 5 * time.Second
+
+// statOnce stats path within subPathStatTimeout (boundedStat).
+func (s *Server) statOnce(path string) error {
+	return s.boundedStat(path, func(p string) error { _, err := os.Stat(p); return err }, subPathStatTimeout)
+}
+
+// boundedStat runs stat(path) for at most timeout. One that does not return
+// in time is left to finish in the background and counts as no answer (nil);
+// path is not stat'ed again until it returns, so that hung stats do not pile
+// up.
+func (s *Server) boundedStat(path string, stat func(string) error, timeout time.Duration) error {
+	if _, busy := s.statting.LoadOrStore(path, true); busy {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer s.statting.Delete(path)
+		done <- stat(path)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		klog.InfoS("A subPath mount does not answer stat; looking again once it does", "path", path, "after", timeout)
+		return nil
 	}
 }
 

@@ -1,12 +1,15 @@
 package nodeserver
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -140,5 +143,32 @@ func TestReleaseStaleSubPaths(t *testing.T) {
 				t.Fatalf("no %s event naming the mount: %q", ReasonStaleSubPathReleased, events)
 			}
 		})
+	}
+}
+
+// TestBoundedStat: a stat that hangs (a FUSE server that does not answer) holds
+// the check for the timeout at most, and is not started again while it hangs.
+func TestBoundedStat(t *testing.T) {
+	s := &Server{}
+	release := make(chan struct{})
+	var calls atomic.Int32
+	hang := func(string) error { calls.Add(1); <-release; return os.ErrNotExist }
+	if err := s.boundedStat("/p", hang, 10*time.Millisecond); err != nil {
+		t.Fatalf("hung stat: %v, want no answer (nil)", err)
+	}
+	if err := s.boundedStat("/p", hang, 10*time.Millisecond); err != nil || calls.Load() != 1 {
+		t.Fatalf("while the first hangs: %v, %d stats; want nil and no second stat", err, calls.Load())
+	}
+	close(release)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, busy := s.statting.Load("/p"); !busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hung stat's return was not noticed")
+		}
+	}
+	if err := s.boundedStat("/p", hang, time.Second); !errors.Is(err, os.ErrNotExist) || calls.Load() != 2 {
+		t.Fatalf("once it returned: %v, %d stats; want ENOENT from a new stat", err, calls.Load())
 	}
 }
