@@ -312,6 +312,9 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 			return nil, err
 		}
 		topology, err := j.accessibleTopology(nil, ccfg)
+		if errors.Is(err, phase.ErrOutsideRequisiteTopology) {
+			return nil, grpcerr.WithCode(codes.ResourceExhausted, err)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -646,9 +649,21 @@ func (j *job) create(ctx context.Context) error {
 			reported = &t
 		}
 		if topology, err = j.accessibleTopology(reported, cfg); err != nil {
-			return j.fail(ctx, v1alpha1.ReasonInvalidCreationOutput, err, orDefault(handle, j.v.Spec.DefaultHandle), capacity)
+			reason := v1alpha1.ReasonInvalidCreationOutput
+			if errors.Is(err, phase.ErrOutsideRequisiteTopology) {
+				reason = v1alpha1.ReasonOutsideRequisiteTopology
+			}
+			return j.fail(ctx, reason, err, orDefault(handle, j.v.Spec.DefaultHandle), capacity)
 		}
 	} else if topology, err = j.accessibleTopology(nil, cfg); err != nil {
+		if errors.Is(err, phase.ErrOutsideRequisiteTopology) {
+			// Nothing was made: the record goes with the requirements it
+			// holds, so that a call after a reschedule starts afresh.
+			if derr := j.s.Records.Delete(ctx, j.v); derr != nil {
+				return derr
+			}
+			return grpcerr.WithCode(codes.ResourceExhausted, err)
+		}
 		return err
 	}
 	handle = orDefault(handle, j.v.Spec.DefaultHandle)
@@ -771,6 +786,11 @@ func (j *job) revert(ctx context.Context) error {
 	switch st.Reason {
 	case v1alpha1.ReasonCapacityOutOfRange:
 		code = codes.OutOfRange
+	case v1alpha1.ReasonOutsideRequisiteTopology:
+		// CSI: "unable to provision in accessible_topology". With a selected
+		// node (WaitForFirstConsumer), external-provisioner then has the pod
+		// scheduled again, perhaps where the volume can be made.
+		code = codes.ResourceExhausted
 	default:
 		code = codes.Internal
 	}

@@ -65,6 +65,12 @@ func TestCreateVolumeTopology(t *testing.T) {
 			code: codes.InvalidArgument, msg: "spec.volumeCreation.podTemplate.spec.nodeName"},
 		{name: "invalid /pav/topology: the creation is reverted, final", spec: nodeLocal, creation: creation, answer: map[string]string{"capacity": "1Gi", "topology": "zone: [a]"},
 			req: wffc("n1"), code: codes.Internal, msg: "/pav/topology[0].zone: must be a string"},
+		{name: "/pav/topology outside the requisite segments: reverted, RESOURCE_EXHAUSTED (external-provisioner reschedules)", spec: nodeLocal, creation: creation,
+			answer: map[string]string{"capacity": "1Gi", "topology": "kubernetes.io/hostname: n2"},
+			req: wffc("n1"), code: codes.ResourceExhausted, msg: "reachable from none of the requisite topology segments"},
+		{name: "accessibleTopology outside the requisite segments: nothing made, RESOURCE_EXHAUSTED", spec: nodeLocal,
+			creation: `{capacity: 1Gi, accessibleTopology: {kubernetes.io/hostname: n2}}`,
+			req: wffc("n1"), code: codes.ResourceExhausted, msg: "reachable from none of the requisite topology segments"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(c.answer)}}
@@ -78,6 +84,13 @@ func TestCreateVolumeTopology(t *testing.T) {
 			if c.code != codes.OK {
 				if status.Code(err) != c.code || !strings.Contains(err.Error(), c.msg) {
 					t.Fatalf("got %v, want %s containing %q", err, c.code, c.msg)
+				}
+				if c.code == codes.ResourceExhausted {
+					// Reverted or never made: no record is left with the old
+					// requirements, and a call for another node starts afresh.
+					if v := cl.volume("v1"); v != nil {
+						t.Fatalf("record left: %+v", v.Status)
+					}
 				}
 				return
 			}

@@ -158,6 +158,10 @@ const (
 	// ReasonCapacityOutOfRange: the created volume's capacity is unknown or
 	// outside the requested range.
 	ReasonCapacityOutOfRange = "CapacityOutOfRange"
+	// ReasonOutsideRequisiteTopology: the created volume is reachable from
+	// none of the requisite topology segments (the creation pod's
+	// /pav/topology, or volumeCreation.accessibleTopology, put it elsewhere).
+	ReasonOutsideRequisiteTopology = "OutsideRequisiteTopology"
 )
 
 // PodOutcome is what became of a pod pav ran for a volume.

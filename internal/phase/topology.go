@@ -1,6 +1,7 @@
 package phase
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -84,8 +85,14 @@ func AccessibleTopology(reported *string, configured []map[string]string, keys [
 			}
 		}
 	}
-	return nil, fmt.Errorf("the volume's accessible topology %v is reachable from none of the requisite topology segments %v (it must lie where the claim may be used)", segs, req.Requisite)
+	return nil, fmt.Errorf("the volume's accessible topology %v is reachable from none of the requisite topology segments %v (it must lie where the claim may be used): %w", segs, req.Requisite, ErrOutsideRequisiteTopology)
 }
+
+// ErrOutsideRequisiteTopology is wrapped by AccessibleTopology's error for a
+// volume that no requisite segment reaches: the volume cannot be made where
+// the claim may be used (CSI's RESOURCE_EXHAUSTED, "unable to provision in
+// accessible_topology"), which may be different on another node.
+var ErrOutsideRequisiteTopology = errors.New("not provisionable in the requisite topology")
 
 // fits reports whether a volume reachable from segment seg is reachable from
 // the requisite segment r: they share a key, and agree on every key they share.
