@@ -229,6 +229,23 @@ func TestRenderExampleDetails(t *testing.T) {
 		t.Fatalf("encryption creation: %s in %s", script(t, r), r.Pod.Namespace)
 	}
 
+	// encrypted-fs, a pool per node: the volume goes on the claim of the node it is made
+	// for, and so does its creation pod; staging mounts the claim of the node it runs on.
+	p, td = ex("encrypted-fs")
+	pool := []string{"--param", "underlyingClaimName=pool", "--param", "underlyingClaimNamespace=pool-ns", "--param", "secretName=s", "--param", "underlyingClaimPerNode=true"}
+	r = renderPhase(t, append([]string{"-f", p, "--phase", "creation", "--pvc", td("pvc"), "--node", td("node")}, pool...)...)
+	if r.Pod.Spec.NodeSelector["kubernetes.io/hostname"] != "node-1" || r.Pod.Spec.Volumes[1].PersistentVolumeClaim.ClaimName != "pool-node-1" || r.Pod.Namespace != "pool-ns" {
+		t.Fatalf("encrypted-fs creation, pool per node: node selector %v, claim %+v, namespace %q", r.Pod.Spec.NodeSelector, r.Pod.Spec.Volumes[1], r.Pod.Namespace)
+	}
+	r = renderPhase(t, append([]string{"-f", p, "--phase", "staging", "--pvc", td("pvc"), "--pv", td("pv"), "--node", td("node")}, pool...)...)
+	if r.Pod.Spec.Volumes[1].PersistentVolumeClaim.ClaimName != "pool-node-1" {
+		t.Fatalf("encrypted-fs staging, pool per node: claim %+v", r.Pod.Spec.Volumes[1])
+	}
+	r = renderPhase(t, append([]string{"-f", p, "--phase", "creation", "--pvc", td("pvc")}, pool[:6]...)...)
+	if len(r.Pod.Spec.NodeSelector) != 0 || r.Pod.Spec.Volumes[1].PersistentVolumeClaim.ClaimName != "pool" {
+		t.Fatalf("encrypted-fs creation, one pool: node selector %v, claim %+v", r.Pod.Spec.NodeSelector, r.Pod.Spec.Volumes[1])
+	}
+
 	p, td = ex("object-bucket")
 	r = renderPhase(t, "-f", p, "--phase", "staging", "--pvc", td("pvc"), "--pv", td("pv"), "--node", td("node"))
 	wantAll(t, "object-bucket staging (ReadWriteMany)", script(t, r), "--dir-cache-time 100ms --attr-timeout 100ms", `rclone mount2 "$bucket" /pav/volume`)
