@@ -67,10 +67,10 @@ func TestCreateVolumeTopology(t *testing.T) {
 			req: wffc("n1"), code: codes.Internal, msg: "/pav/topology[0].zone: must be a string"},
 		{name: "/pav/topology outside the requisite segments: reverted, RESOURCE_EXHAUSTED (external-provisioner reschedules)", spec: nodeLocal, creation: creation,
 			answer: map[string]string{"capacity": "1Gi", "topology": "kubernetes.io/hostname: n2"},
-			req: wffc("n1"), code: codes.ResourceExhausted, msg: "reachable from none of the requisite topology segments"},
+			req:    wffc("n1"), code: codes.ResourceExhausted, msg: "reachable from none of the requisite topology segments"},
 		{name: "accessibleTopology outside the requisite segments: nothing made, RESOURCE_EXHAUSTED", spec: nodeLocal,
 			creation: `{capacity: 1Gi, accessibleTopology: {kubernetes.io/hostname: n2}}`,
-			req: wffc("n1"), code: codes.ResourceExhausted, msg: "reachable from none of the requisite topology segments"},
+			req:      wffc("n1"), code: codes.ResourceExhausted, msg: "reachable from none of the requisite topology segments"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			runner := &fakeRunner{answers: answers{v1alpha1.PhaseCreation: files(c.answer)}}
