@@ -478,18 +478,8 @@ func TestExampleEncryptedFS(t *testing.T) {
 	// mounted": it would retry removing the mount's directory for ever, the pod staying
 	// Terminating (kubernetes/kubernetes#139535). The node plugin unmounts it for the
 	// kubelet, within its check interval (15 s) and the kubelet's back-off.
-	sub := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "subpath", Namespace: e.ns},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1)),
-			NodeSelector: map[string]string{hostnameKey: hostNode()},
-			Volumes: []corev1.Volume{{Name: "private", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "private"}}}},
-			Containers: []corev1.Container{{Name: "client", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"sleep", "3600"},
-				VolumeMounts: []corev1.VolumeMount{{Name: "private", MountPath: "/data/private"},
-					{Name: "private", MountPath: "/sub", SubPath: "sub"}}}}}}
-	if _, err := client.CoreV1().Pods(e.ns).Create(e.ctx, sub, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.mountsPod("subpath", "private", []string{"sleep", "3600"},
+		corev1.VolumeMount{Name: "private", MountPath: "/data/private"}, corev1.VolumeMount{Name: "private", MountPath: "/sub", SubPath: "sub"})
 	e.waitPodRunning("subpath")
 	e.exec("subpath", "rm -r /data/private/sub && ! stat /sub")
 	deleted := time.Now()
@@ -629,17 +619,7 @@ func TestExampleObjectBucket(t *testing.T) {
 	// binds the opened file. That needs one inode per file between lookups: with rclone
 	// forgetting a directory's files as soon as it lists them (dirCacheTime 0s), the lstat
 	// gave the file a new inode and the bind failed ("failed to prepare subPath").
-	sub := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "subpath", Namespace: e.ns},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1)),
-			NodeSelector: map[string]string{hostnameKey: hostNode()},
-			Volumes: []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "shared"}}}},
-			Containers: []corev1.Container{{Name: "client", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:      []string{"cat", "/a.txt"},
-				VolumeMounts: []corev1.VolumeMount{{Name: "shared", MountPath: "/a.txt", SubPath: "a.txt"}}}}}}
-	if _, err := client.CoreV1().Pods(e.ns).Create(e.ctx, sub, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.mountsPod("subpath", "shared", []string{"cat", "/a.txt"}, corev1.VolumeMount{Name: "shared", MountPath: "/a.txt", SubPath: "a.txt"})
 	e.pollFor("the pod with a.txt as its subPath done", 2*time.Minute, func() (bool, error) {
 		p, err := client.CoreV1().Pods(e.ns).Get(e.ctx, "subpath", metav1.GetOptions{})
 		if err != nil || p.Status.Phase == corev1.PodSucceeded {

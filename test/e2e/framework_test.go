@@ -371,6 +371,22 @@ func (e *env) clientPod(name, script string, claims ...string) *corev1.Pod {
 	return pod
 }
 
+// mountsPod creates a busybox pod on node 1 (as clientPod) running command, whose one
+// volume, named after claim, is mounted as mounts say (subPaths, several mounts).
+func (e *env) mountsPod(name, claim string, command []string, mounts ...corev1.VolumeMount) {
+	e.t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr(int64(1)),
+			NodeSelector: map[string]string{hostnameKey: hostNode()},
+			Volumes: []corev1.Volume{{Name: claim, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+			Containers: []corev1.Container{{Name: "client", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: command, VolumeMounts: mounts}}}}
+	if _, err := client.CoreV1().Pods(e.ns).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) waitPodPhase(name string, phase corev1.PodPhase) {
 	e.t.Helper()
 	e.poll("pod "+name+" "+string(phase), func() (bool, error) {
