@@ -56,7 +56,10 @@ var skipRules = []struct {
 	re  *regexp.Regexp
 	why string
 }{
-	{regexp.MustCompile(`(?i)nodes is less than|with at least \d+ nodes|not enough topologies|multi-topology environment`), whySingleNode},
+	// Immediate binding of a generic ephemeral volume is skipped on a cluster of several
+	// topology segments: a binding mode that does not apply there, not a missing node.
+	{regexp.MustCompile(`(?i)immediate is not compatible with a multi-topology environment`), whyPattern},
+	{regexp.MustCompile(`(?i)nodes is less than|with at least \d+ nodes|not enough topologies`), whySingleNode},
 	{regexp.MustCompile(`only supports singleNodeVolume`), whyNodeLocal},
 	{regexp.MustCompile(`(?i)^(Suite|Test|This test) .*(not (support|valid)|covered by)|not implemented|^skipping multiple PV mount test for block|binding mode currently not supported|raw block volumes cannot be read-only|is (not )?ephemeral|skipping %?\d|^Skipping .* test for expansion|supports dynamic provisioning, skipping|incompatible with this test|Multiple generic ephemeral volumes|^Filesystem volume case should be covered by block|^Driver .* does not support snapshots - skipping`), whyPattern},
 	{regexp.MustCompile(`(?i)^Driver .*(does not|doesn't|didn't|has no|returned nil|requires)|does not have any InlineVolumeAttributes|does not support multiple PVs|only works with CSI drivers`), whyCapability},

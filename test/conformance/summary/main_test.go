@@ -80,6 +80,9 @@ func TestClassify(t *testing.T) {
 		{"Driver loop-block only supports singleNodeVolume -- skipping", whyNodeLocal},
 		{"No topology with at least 2 nodes found - skipping", whySingleNode},
 		{"Test is not valid for Block volume mode - skipping", whyPattern},
+		// skipped because the cluster has several segments, not for lack of them
+		{"VolumeBindingMode immediate is not compatible with a multi-topology environment.", whyPattern},
+		{"Not enough topologies in cluster -- skipping", whySingleNode},
 		{"Filesystem volume case should be covered by block volume case -- skipping", whyPattern},
 		// the pattern has no snapshot type; a driver without snapshots says "volume snapshots"
 		{`Driver "loop-block" does not support snapshots - skipping`, whyPattern},
