@@ -24,12 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -651,23 +648,15 @@ func runController(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	cl, err := standin.NewClients(ctx, cfg, prefix+"-populator")
 	if err != nil {
 		return err
 	}
-	dynClient, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
+	defer cl.Shutdown()
+	kube, dynClient, recorder := cl.Kube, cl.Dynamic, cl.Recorder
 	if o.httpEndpoint != "" {
 		go standin.ServeHTTP(ctx, o.httpEndpoint, o.metricsPath)
 	}
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(0)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: prefix + "-populator"})
 
 	const resync = 30 * time.Second // upstream's
 	f := informers.NewSharedInformerFactory(kube, resync)

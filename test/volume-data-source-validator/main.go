@@ -35,16 +35,10 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
@@ -129,23 +123,15 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	cl, err := standin.NewClients(ctx, cfg, "data-source-validator")
 	if err != nil {
 		return err
 	}
-	dynClient, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
+	defer cl.Shutdown()
+	kube, dynClient, recorder := cl.Kube, cl.Dynamic, cl.Recorder
 	if o.httpEndpoint != "" {
 		go standin.ServeHTTP(ctx, o.httpEndpoint, o.metricsPath)
 	}
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(0)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "data-source-validator"})
 
 	work := func(ctx context.Context) {
 		f := informers.NewSharedInformerFactory(kube, o.resyncPeriod)
