@@ -38,6 +38,7 @@
 # compiles. Each group says what it builds and how long it took; a summary closes the run.
 # Respects GOCACHE/GOMODCACHE/GOFLAGS from the environment. Needs ≈ 7 GB for the Go caches.
 # Debian packages (runc, CNI plugins, iptables, …) come from hack/install-deps.sh instead.
+# Runs at once build each group once: a lock per group (_output/bin/.stamps/GROUP.lock).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -80,6 +81,17 @@ summary=()
 build() {
   local group="$1" dir="$2" ldflags="$3" tags="$4"; shift 4
   wanted "$group" || return 0
+  # One build of a group at a time (make ci builds helm for the unit tests while
+  # e2e-prebuild builds every group): the second waits, then finds the group up to date.
+  local lock
+  exec {lock}>"$STAMPS/$group.lock"
+  flock "$lock"
+  build_locked "$group" "$dir" "$ldflags" "$tags" "$@"
+  exec {lock}>&-
+}
+
+build_locked() {
+  local group="$1" dir="$2" ldflags="$3" tags="$4"; shift 4
   local stamp want missing=0 spec
   want="$( { cat "$dir/go.mod" "$dir/go.sum"; go version; echo "$ldflags|$tags|$GOFLAGS|$*"; } | sha256sum | cut -d' ' -f1)"
   for spec in "$@"; do [ -x "$BIN/${spec#*=}" ] || missing=1; done

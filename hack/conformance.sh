@@ -72,8 +72,7 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 
 start=$SECONDS
 "$ROOT/hack/build-tools.sh" e2e
-"$ROOT/hack/images/build.sh" --import e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing \
-  e2e-hello-populator e2e-volume-data-source-validator
+"$ROOT/hack/images/build.sh" --import conformance
 log "tools and images ready in $((SECONDS - start)) s"
 
 # What a driver needs besides its PavProvisioner (a store, a pool…): setup.sh before the run,

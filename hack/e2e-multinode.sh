@@ -21,13 +21,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The missing nodes boot at once (each mostly imports the image archives into its containerd).
+pids=()
 for n in 2 3; do
   name="$NODE1-$n"
   if ! kubectl_admin get node "$name" >/dev/null 2>&1 || [ ! -S "$D/nodes/$name/run/containerd/containerd.sock" ]; then
     booted+=("$name")
-    "$ROOT/hack/cluster/node.sh" start "$name"
+    "$ROOT/hack/cluster/node.sh" start "$name" & pids+=($!)
   fi
 done
+for p in ${pids[@]+"${pids[@]}"}; do wait "$p"; done
 if [ ${#booted[@]} -gt 0 ]; then
   log "e2e-multinode: booted ${booted[*]} in $((SECONDS - T0)) s; waiting for every PavProvisioner's node plugins"
   # Every provisioner's node plugin (its DaemonSet's pod) available on the new nodes too.

@@ -90,8 +90,9 @@ node_pids() {
 
 network_up() {
   if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
-    ip link add "$NODE_BRIDGE" type bridge
-    ip addr add "$NODE_NET.1/24" dev "$NODE_BRIDGE"
+    # (nodes starting at once may both get here: the second add fails, and finds the bridge)
+    ip link add "$NODE_BRIDGE" type bridge 2>/dev/null || ip link show "$NODE_BRIDGE" >/dev/null
+    ip addr replace "$NODE_NET.1/24" dev "$NODE_BRIDGE"
     ip link set "$NODE_BRIDGE" up
   fi
   [ -e "/run/netns/$NETNS" ] || ip netns add "$NETNS"
@@ -111,13 +112,18 @@ network_up() {
 }
 
 configure() {
+  local lock
   mkdir -p "$N_PKI" "$N_CONF" "$N_LOGS" "$N_RUN/containerd" "$ND/var-lib/kubelet" "$ND/var-log" \
            "$ND/containerd/root" "$ND/containerd/state" "$ND/cni/net.d" "$ND/cni/networks" \
            "$ND/pod-logs" "$ND/cgroup-hold"
   chmod 700 "$N_PKI"
   if [ "$(cat "$N_PKI/identity" 2>/dev/null)" != "$NAME $NODE_IP $(sha256sum < "$PKI/ca.crt")" ]; then
+    # one node at a time: signing rewrites the CA's serial file (ca.srl)
+    exec {lock}>"$PKI/.sign.lock"
+    flock "$lock"
     cert "$N_PKI" kubelet-client "/O=system:nodes/CN=system:node:$NAME" clientAuth
     cert "$N_PKI" kubelet-serving "/CN=$NAME" serverAuth "DNS:$NAME,DNS:localhost,IP:$NODE_IP,IP:127.0.0.1"
+    exec {lock}>&-
     echo "$NAME $NODE_IP $(sha256sum < "$PKI/ca.crt")" > "$N_PKI/identity"
   fi
   [ -s "$ND/machine-id" ] || od -An -N16 -tx1 /dev/urandom | tr -d ' \n' > "$ND/machine-id"

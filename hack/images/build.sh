@@ -7,7 +7,7 @@
 #                    loop-block encryption encrypted-fs object-bucket (default: all these)
 #                    e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing
 #                    e2e-hello-populator e2e-volume-data-source-validator (make conformance;
-#                    never by default)
+#                    never by default; "conformance" names these six)
 #   --import   also load them into the local cluster's containerd (every node's)
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
 # Progress: each image says when it starts and how long it took; a summary closes the run.
@@ -103,6 +103,8 @@ declare -A REF=(
   [e2e-volume-data-source-validator]=registry.k8s.io/sig-storage/volume-data-source-validator:v1.0.0
 )
 ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav registrar resizer loop-block encryption encrypted-fs object-bucket)
+# The argument "conformance" stands for the images of make conformance (hack/conformance.sh).
+CONFORMANCE=(e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing e2e-hello-populator e2e-volume-data-source-validator)
 
 # The examples' images: their Debian packages, and the smoke test run in each one's chroot.
 declare -A DEB_PKGS=(
@@ -137,6 +139,7 @@ images=()
 for a in "$@"; do
   case "$a" in
     --import) do_import=1 ;;
+    conformance) images+=("${CONFORMANCE[@]}") ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/!p}' "$0"; exit 0 ;;
     *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]})" >&2; exit 2; }
        images+=("$a") ;;
