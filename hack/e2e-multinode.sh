@@ -30,7 +30,11 @@ for n in 2 3; do
     "$ROOT/hack/cluster/node.sh" start "$name" & pids+=($!)
   fi
 done
-for p in ${pids[@]+"${pids[@]}"}; do wait "$p"; done
+# Every boot ends before a failed one stops the script (cleanup must not remove a node that is
+# still starting).
+failed=0
+for p in ${pids[@]+"${pids[@]}"}; do wait "$p" || failed=1; done
+[ "$failed" = 0 ] || die "e2e-multinode: booting ${booted[*]} failed (see above)"
 if [ ${#booted[@]} -gt 0 ]; then
   log "e2e-multinode: booted ${booted[*]} in $((SECONDS - T0)) s; waiting for every PavProvisioner's node plugins"
   # Every provisioner's node plugin (its DaemonSet's pod) available on the new nodes too.

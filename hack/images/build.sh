@@ -141,7 +141,7 @@ for a in "$@"; do
     --import) do_import=1 ;;
     conformance) images+=("${CONFORMANCE[@]}") ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/!p}' "$0"; exit 0 ;;
-    *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]})" >&2; exit 2; }
+    *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]} ${CONFORMANCE[*]}, and conformance for the last six)" >&2; exit 2; }
        images+=("$a") ;;
   esac
 done
