@@ -87,8 +87,7 @@ ci: lint
 # built from this tree's Go code are built again then, in seconds, the others are up to date).
 e2e-prebuild: tools
 	hack/build-tools.sh e2e
-	hack/images/build.sh
-	hack/images/build.sh conformance
+	hack/images/build.sh all conformance
 
 # deploy/pav.yaml: deploy/ rendered, for `kubectl apply -f` (a test checks it is current).
 # charts/pav: the Helm chart, generated from deploy/pav.yaml and deploy/manager/config.yaml
@@ -155,11 +154,18 @@ e2e-setup: tools cluster-up images deploy-e2e
 
 # The suite runs its tests in lanes (PAV_E2E_PARALLEL=1, test/e2e/framework_test.go): tests
 # of different provisioners at once, those that disturb the cluster alone.
-# e2e also runs bench-e2e's smoke form (2 volumes, one repetition, under a
-# minute) so that the benchmark cannot rot; its figures mean nothing.
+# e2e also runs the smoke forms of bench-e2e (2 volumes, one repetition) and bench-scale
+# (20 simulated nodes, 10 claims) so that the benchmarks cannot rot; their figures mean
+# nothing, so they run at once (both mostly wait on pods; the scale smoke's simulated nodes
+# are tainted, so the bench's pods never go there).
 e2e: e2e-setup
-	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=2 PAV_BENCH_REPS=1 $(GO) test -tags bench -count=1 -timeout 10m -v -run '^TestBench$$' ./test/bench/
-	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=20 PAV_SCALE_PVCS=10 PAV_SCALE_TIMEOUT=5m $(GO) test -tags scale -count=1 -timeout 10m -v -run '^TestScale$$' ./test/scale/
+	@echo "the bench and scale smokes, at once (output: _output/bench-smoke.log, _output/scale-smoke.log)"; \
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=2 PAV_BENCH_REPS=1 $(GO) test -tags bench -count=1 -timeout 10m -v -run '^TestBench$$' ./test/bench/ > _output/bench-smoke.log 2>&1 & bench=$$!; \
+	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=20 PAV_SCALE_PVCS=10 PAV_SCALE_TIMEOUT=5m $(GO) test -tags scale -count=1 -timeout 10m -v -run '^TestScale$$' ./test/scale/ > _output/scale-smoke.log 2>&1; scale=$$?; \
+	wait $$bench; bench=$$?; \
+	cat _output/bench-smoke.log _output/scale-smoke.log; \
+	echo "bench smoke: exit $$bench; scale smoke: exit $$scale"; \
+	[ $$bench -eq 0 ] && [ $$scale -eq 0 ]
 	PAV_CLUSTER_DIR=$(CLUSTER_DIR) CONFORMANCE_OUT=$(CURDIR)/_output/conformance-smoke CONFORMANCE_FOCUS='$(CONFORMANCE_SMOKE)' CONFORMANCE_PROCS=$(CONFORMANCE_SMOKE_PROCS) hack/conformance.sh
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_E2E_PARALLEL=1 GO=$(GO) GO_TEST_LOG=_output/e2e.log hack/go-test.sh -tags e2e -count=1 -timeout 40m -v ./test/e2e/
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SOAK=1 SOAK_LIFECYCLES=6 SOAK_CONCURRENCY=3 SOAK_FAULTS=controller,phasepod GO=$(GO) GO_TEST_LOG=_output/soak-smoke.log hack/go-test.sh -tags e2e -count=1 -timeout 15m -v -run '^TestSoak$$' ./test/e2e/

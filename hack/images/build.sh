@@ -10,6 +10,9 @@
 #                    never by default; "conformance" names these six)
 #   --import   also load them into the local cluster's containerd (every node's)
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
+#   all        the default list (the first three lines above), e.g. `all conformance`
+# Images are built IMAGE_JOBS at a time (default: the number of CPUs): most of an image's time
+# is one process (a link, dpkg-deb, tar, sha256sum), so two cores build two at once.
 # Progress: each image says when it starts and how long it took; a summary closes the run.
 # make demo builds only the images it uses: pause busybox csi-provisioner registrar pav.
 #
@@ -139,13 +142,18 @@ images=()
 for a in "$@"; do
   case "$a" in
     --import) do_import=1 ;;
+    all) images+=("${ALL[@]}") ;;
     conformance) images+=("${CONFORMANCE[@]}") ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/!p}' "$0"; exit 0 ;;
-    *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]} ${CONFORMANCE[*]}, and conformance for the last six)" >&2; exit 2; }
+    *) [ -n "${REF[$a]:-}" ] || { echo "unknown image $a (known: ${ALL[*]} ${CONFORMANCE[*]}; all for the first ${#ALL[@]}, conformance for the last six)" >&2; exit 2; }
        images+=("$a") ;;
   esac
 done
 [ "${#images[@]}" -gt 0 ] || images=("${ALL[@]}")
+# each once (they build at once: two builds of one image would share its directories)
+declare -A listed=(); uniq=()
+for i in "${images[@]}"; do [ -n "${listed[$i]:-}" ] || { listed[$i]=1; uniq+=("$i"); }; done
+images=("${uniq[@]}")
 
 IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin  # every image's PATH
 
@@ -218,13 +226,16 @@ rootfs_debs() {
   mkdir -p "$r"/usr/{bin,sbin,lib,lib64}
   for p in bin sbin lib lib64; do ln -s "usr/$p" "$r/$p"; done
   rootfs_busybox "$r"
-  apt-cache show libc6 >/dev/null 2>&1 || apt-get update -qq
   # shellcheck disable=SC2086 # a word list
   mapfile -t pkgs < <(deb_closure ${DEB_PKGS[$name]})
   mkdir -p "$debs"
   local -A cand=()
   while read -r p v; do cand[$p]="$v"; done < <(apt-cache policy "${pkgs[@]}" | awk '
     /^[^ ]/ { sub(/:$/, ""); p = $0 } /^  Candidate:/ { print p, $2 }')
+  # One download at a time (images build at once): a .deb being downloaded for one image
+  # must not be found, half written, by another.
+  exec {lock}>"$debs/.download.lock"
+  flock "$lock"
   for p in "${pkgs[@]}"; do
     v="${cand[$p]:-}"
     if [ -z "$v" ] || [ "$v" = "(none)" ]; then echo "no Debian package $p" >&2; exit 1; fi
@@ -235,6 +246,7 @@ rootfs_debs() {
     fi
     files+=("$f")
   done
+  exec {lock}>&-
   for f in "${files[@]}"; do
     dpkg-deb --fsys-tarfile "$f" | tar -x --keep-directory-symlink --no-same-owner -C "$r"
   done
@@ -375,15 +387,35 @@ build_one() {
   rm -rf "$r"
 }
 
+# build_timed N NAME: build_one NAME (a job of the loop below), then its summary line.
+build_timed() {
+  local start=$SECONDS
+  log "[$1/${#images[@]}] $2 (${REF[$2]})"
+  build_one "$2"
+  printf '%6d s  %s\n' $((SECONDS - start)) "$2" > "$OUT/.built.$2"
+}
+
 T0=$SECONDS
-summary=()
-n=0
+# apt's package lists, once, before images that read them build at once.
 for i in "${images[@]}"; do
-  n=$((n + 1)); start=$SECONDS
-  log "[$n/${#images[@]}] $i (${REF[$i]})"
-  build_one "$i"
-  summary+=("$(printf '%6d s  %s' $((SECONDS - start)) "$i")")
+  if [ -n "${DEB_PKGS[$i]:-}" ]; then apt-cache show libc6 >/dev/null 2>&1 || apt-get update -qq; break; fi
 done
+jobs_max="${IMAGE_JOBS:-$(nproc)}"
+running=0 failed=0 n=0
+for i in "${images[@]}"; do
+  if [ "$running" -ge "$jobs_max" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  [ "$failed" = 0 ] || break  # what runs ends; nothing more starts
+  n=$((n + 1)); rm -f "$OUT/.built.$i"
+  build_timed "$n" "$i" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
+[ "$failed" = 0 ] || { rm -f "$OUT"/.built.*; echo "images: building failed (see above)" >&2; exit 1; }
+summary=()
+for i in "${images[@]}"; do summary+=("$(cat "$OUT/.built.$i")"); rm -f "$OUT/.built.$i"; done
 
 if [ "$do_import" = 1 ]; then
   start=$SECONDS
