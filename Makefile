@@ -83,11 +83,16 @@ ci: lint
 	$(MAKE) --no-print-directory e2e
 
 # e2e-prebuild: what make e2e builds that needs no cluster, ahead of it: the tools (and the
-# conformance suite's e2e.test), and every image archive (make e2e imports them; the images
-# built from this tree's Go code are built again then, in seconds, the others are up to date).
+# conformance suite's e2e.test), every image archive (make e2e imports them; the images
+# built from this tree's Go code are built again then, in seconds, the others are up to date),
+# and the packages of the Go tests make e2e runs (into Go's build cache: make e2e links them).
 e2e-prebuild: tools
 	hack/build-tools.sh e2e
 	hack/images/build.sh all conformance
+	$(GO) test -c -o /dev/null -tags e2e ./test/e2e
+	$(GO) test -c -o /dev/null -tags bench ./test/bench
+	$(GO) test -c -o /dev/null -tags scale ./test/scale
+	$(GO) build -o /dev/null ./test/conformance/summary
 
 # deploy/pav.yaml: deploy/ rendered, for `kubectl apply -f` (a test checks it is current).
 # charts/pav: the Helm chart, generated from deploy/pav.yaml and deploy/manager/config.yaml
