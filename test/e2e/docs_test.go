@@ -39,7 +39,7 @@ var readmeNeeds = map[string]func() (bool, string){
 // again at the end, last first; then every pod, claim and PersistentVolume of
 // the default namespace that the blocks made must be gone.
 func TestExampleREADMEs(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneLoopBlock, laneObjectBucket)
 	files, err := filepath.Glob(filepath.Join(repo, "examples", "*", "README.md"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no example README: %v", err)

@@ -224,7 +224,7 @@ func kubectl(t *testing.T, args ...string) string {
 // back; the data is in the backing file on the node; nothing stays attached or mounted;
 // deleting the claims removes the files.
 func TestExampleLoopBlock(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneLoopBlock)
 	start := time.Now()
 	waitExample(t, "loop-block")
 	e := newEnv(t)
@@ -329,7 +329,7 @@ func dmAvailable() bool {
 // kernel has it, a pod writes and reads the decrypted device and the ciphertext never holds
 // the plaintext; where it has none, staging fails with that reason (checked as such).
 func TestExampleEncryption(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneLoopBlock)
 	start := time.Now()
 	waitExample(t, "loop-block")
 	waitExample(t, "encryption")
@@ -417,7 +417,7 @@ func TestExampleEncryption(t *testing.T) {
 // file on the node, holds neither its contents nor its name; a new pod reads it back; no
 // FUSE mount outlives unstaging; deletion removes the encrypted directory.
 func TestExampleEncryptedFS(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneLoopBlock)
 	start := time.Now()
 	waitExample(t, "loop-block")
 	waitExample(t, "encrypted-fs")
@@ -571,7 +571,7 @@ func staticExamplePV(e *env, driverName, name, handle, size string, access corev
 // which leaves no FUSE mount; a static PV mounts an existing bucket, a missing one fails
 // to stage; deleting the dynamic claim removes its bucket, the static bucket stays.
 func TestExampleObjectBucket(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneObjectBucket)
 	start := time.Now()
 	e, params := objectBucketEnv(t)
 	sc := e.exampleSC("object-bucket", params, storagev1.VolumeBindingImmediate)

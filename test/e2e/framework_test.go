@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,9 +94,13 @@ func TestMain(m *testing.M) {
 // first, before any parallel test, and TestUninstall waits for every lane (afterLanes).
 // Without PAV_E2E_PARALLEL every test runs alone, in file order.
 const (
-	laneExamples = "examples" // the examples' provisioners and their READMEs
-	lanePavE2E   = "pav-e2e"  // the suite's own provisioner, its backend and node directory
-	laneOwn      = "own"      // tests that make provisioners of their own (PaV's system tests...)
+	// The examples' provisioners: loop-block's lane is also encryption's and encrypted-fs's
+	// (their volumes live in loop-block's), object-bucket's is also its example store's.
+	// The examples' READMEs take both (and the default namespace, which nothing else uses).
+	laneLoopBlock    = "loop-block"
+	laneObjectBucket = "object-bucket"
+	lanePavE2E       = "pav-e2e" // the suite's own provisioner, its backend and node directory
+	laneOwn          = "own"     // tests that make provisioners of their own (PaV's system tests...)
 	// laneSelf: tests of a shared provisioner that create and check only objects of their own
 	// (namespace, classes, volumes, the volumes' own pods and directories), never the
 	// provisioner as a whole: they may run beside that provisioner's lane. A long test moves
@@ -111,22 +116,28 @@ var (
 	laneTests sync.WaitGroup
 )
 
-// inLane runs the rest of t in its lane, alongside the other lanes (see Lanes). Call it first.
-func inLane(t *testing.T, lane string) {
+// inLane runs the rest of t in its lane, alongside the other lanes (see Lanes); a test that
+// uses what several lanes share holds them all. Call it first.
+func inLane(t *testing.T, lanes ...string) {
 	if !inLanes {
 		return
 	}
 	laneTests.Add(1) // before t.Parallel: every lane's test is counted before afterLanes waits
 	t.Cleanup(laneTests.Done)
 	t.Parallel()
-	mu, _ := laneLocks.LoadOrStore(lane, &sync.Mutex{})
+	// Always taken in the same order, so that two tests holding some of the same lanes
+	// cannot each wait for the other.
+	lanes = slices.Sorted(slices.Values(lanes))
 	waiting := time.Now()
-	mu.(*sync.Mutex).Lock()
-	t.Cleanup(mu.(*sync.Mutex).Unlock) // registered before the test's own: runs after them
+	for _, lane := range lanes {
+		mu, _ := laneLocks.LoadOrStore(lane, &sync.Mutex{})
+		mu.(*sync.Mutex).Lock()
+		t.Cleanup(mu.(*sync.Mutex).Unlock) // registered before the test's own: runs after them
+	}
 	// What each lane costs, for balancing them (its tests' "in lane" times add up).
 	got := time.Now()
 	t.Cleanup(func() {
-		t.Logf("lane %s: waited %v, in lane %v", lane, got.Sub(waiting).Round(time.Second), time.Since(got).Round(time.Second))
+		t.Logf("lane %s: waited %v, in lane %v", strings.Join(lanes, "+"), got.Sub(waiting).Round(time.Second), time.Since(got).Round(time.Second))
 	})
 }
 

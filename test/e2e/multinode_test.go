@@ -573,7 +573,7 @@ func loopsOfFile(t *testing.T, path string) []string {
 // wrote, byte for byte. A and B are the two extra nodes, whose pav state directories are
 // each their own disk.
 func TestVolumeMovesBetweenNodes(t *testing.T) {
-	inLane(t, laneOwn)
+	inLane(t, laneSelf) // a shared provisioner of its own: nothing another test uses
 	start := time.Now()
 	nodes := clusterNodes(t, 3)[:3]
 	a, b := nodes[1], nodes[2]
@@ -620,7 +620,7 @@ func TestVolumeMovesBetweenNodes(t *testing.T) {
 // affinity name the node. A second pod of the claim held to another node stays Pending,
 // with the scheduler's reason. Deletion runs on the volume's node and removes the file.
 func TestNodeLocalTopologyChoice(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneLoopBlock)
 	start := time.Now()
 	nodes := clusterNodes(t, 3)[:3]
 	waitExample(t, "loop-block")
@@ -813,7 +813,7 @@ exec sleep 3600`, n, strings.Join(nodes, " ")), podOpts{}, "shared")
 // content. A node once read back its own cached copy of a file it had written: its rclone
 // served the VFS cache while its directory listing still named the old object.
 func TestObjectBucketAcrossNodes(t *testing.T) {
-	inLane(t, laneExamples)
+	inLane(t, laneObjectBucket)
 	start := time.Now()
 	nodes := clusterNodes(t, 3)[:2]
 	e, params := objectBucketEnv(t)
