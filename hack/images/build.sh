@@ -12,7 +12,8 @@
 #              (needs hack/cluster/up.sh to have started it; PAV_CLUSTER_DIR as for up.sh)
 #   all        the default list (the first three lines above), e.g. `all conformance`
 # Images are built IMAGE_JOBS at a time (default: the number of CPUs): most of an image's time
-# is one process (a link, dpkg-deb, tar, sha256sum), so two cores build two at once.
+# is one process (a link, dpkg-deb, tar, sha256sum), so idle cores build the next ones (beside
+# other builds, as in make ci's prebuild, the cores are busy anyway).
 # Progress: each image says when it starts and how long it took; a summary closes the run.
 # make demo builds only the images it uses: pause busybox csi-provisioner registrar pav.
 #
