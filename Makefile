@@ -89,9 +89,7 @@ ci: lint
 e2e-prebuild: tools
 	hack/build-tools.sh e2e
 	hack/images/build.sh all conformance
-	$(GO) test -c -o /dev/null -tags e2e ./test/e2e
-	$(GO) test -c -o /dev/null -tags bench ./test/bench
-	$(GO) test -c -o /dev/null -tags scale ./test/scale
+	for t in e2e bench scale; do $(GO) test -c -o /dev/null -tags $$t ./test/$$t || exit 1; done
 	$(GO) build -o /dev/null ./test/conformance/summary
 
 # deploy/pav.yaml: deploy/ rendered, for `kubectl apply -f` (a test checks it is current).
