@@ -3,7 +3,7 @@
 #   make build         build _output/bin/pav (static)
 #   make test          unit tests and the in-process csi-sanity suites, with -race
 #                      (run as root: the node plugin's tests make real bind mounts)
-#   make lint          gofmt, go vet, and no tracked file over 1 MiB
+#   make lint          gofmt, go mod tidy, go vet, and no tracked file over 1 MiB
 #   make bench         benchmarks (speed and memory targets live here, not in tests)
 #   make fuzz          run each fuzz target for FUZZTIME (default 60s)
 #   make e2e           bring the local cluster up if needed, install pav, run test/e2e
@@ -54,6 +54,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > $(MAX_FILE_BYTES)'); \
 	if [ -n "$$big" ]; then echo "tracked files over $(MAX_FILE_BYTES) bytes (bytes, path); untrack them and ignore build outputs in .gitignore:"; echo "$$big"; exit 1; fi
+	@$(GO) mod tidy -diff > _output/tidy.diff 2>&1 || { echo "go.mod or go.sum is not tidy: run go mod tidy (the difference:)"; cat _output/tidy.diff; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags bench ./test/bench
