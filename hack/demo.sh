@@ -9,8 +9,10 @@
 # What it builds (each part skipped when up to date):
 #   hack/build-tools.sh kubernetes containerd etcd csi-provisioner
 #                       the cluster's binaries, and external-provisioner for the drivers
-#   hack/images/build.sh pause busybox csi-provisioner registrar pav
-#                       the images hello-world's drivers and pods run
+#   hack/images/build.sh pause busybox csi-provisioner pav
+#                       the images hello-world's drivers and pods run (the stock
+#                       node-driver-registrar and livenessprobe come from ../shared/sidecars,
+#                       which the cluster imports)
 # and nothing else: the snapshot stack, kwok, rclone, csi-sanity, helm and the examples'
 # images are built by the targets that use them (make tools, make images: e2e, bench-scale,
 # conformance). hello-world has no snapshots, so pav is installed without the cluster's

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/internal/phase"
 )
@@ -22,8 +23,14 @@ type Server struct {
 	// Controller says whether this process serves the Controller service.
 	Controller bool
 	// Ready reports why the driver cannot serve yet (provisioner not loaded, API
-	// unreachable), or nil.
+	// unreachable), or nil: the readiness of /readyz.
 	Ready func(ctx context.Context) error
+	// Live reports why the driver is not live (its PavProvisioner was never
+	// loaded), or nil: CSI Probe, which the livenessprobe sidecar turns into
+	// the driver container's liveness, and which the other sidecars wait on at
+	// start. It must ask nothing of the API server: an outage must not get
+	// the driver restarted. nil: always live.
+	Live func() error
 	// Features reads what the current spec can do beyond PaV, which decides
 	// the optional capabilities; nil: none.
 	Features func() (phase.Features, error)
@@ -76,12 +83,19 @@ func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// Probe answers ready only once the provisioner is loaded and the API answers;
-// before that it says why, so `kubectl describe` of a crash-looping plugin shows it.
+// Probe is liveness: ready once the driver serves with its PavProvisioner
+// loaded, whether or not the API server answers now (the driver serves from
+// its caches through an outage, and a restart would only lose them). Not
+// ready is an answer, not an error: the sidecars, which probe the driver
+// before anything else, then wait (csi-lib-utils' ProbeForever gives up on an
+// error, and a sidecar that exits crash-loops); the livenessprobe sidecar
+// fails the driver's liveness either way. Readiness, which asks the API
+// server, is /readyz's.
 func (s *Server) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	if s.Ready != nil {
-		if err := s.Ready(ctx); err != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "not ready: %v", err)
+	if s.Live != nil {
+		if err := s.Live(); err != nil {
+			klog.FromContext(ctx).V(2).Info("Probe: not ready", "reason", err.Error())
+			return &csi.ProbeResponse{Ready: wrapperspb.Bool(false)}, nil
 		}
 	}
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil

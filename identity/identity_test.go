@@ -14,8 +14,9 @@ import (
 
 func TestIdentity(t *testing.T) {
 	ctx := context.Background()
-	ready := errors.New("PavProvisioner \"x\" is not loaded yet")
-	s := &Server{Name: "x", Version: "v1", Controller: true, Ready: func(context.Context) error { return ready }}
+	live := errors.New("PavProvisioner \"x\" is not loaded yet")
+	s := &Server{Name: "x", Version: "v1", Controller: true, Live: func() error { return live },
+		Ready: func(context.Context) error { return errors.New("the Kubernetes API is not reachable") }}
 
 	info, err := s.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
 	if err != nil || info.Name != "x" || info.VendorVersion != "v1" {
@@ -25,12 +26,16 @@ func TestIdentity(t *testing.T) {
 	if err != nil || len(caps.Capabilities) != 1 || caps.Capabilities[0].GetService().GetType() != csi.PluginCapability_Service_CONTROLLER_SERVICE {
 		t.Fatalf("GetPluginCapabilities = %v, %v", caps, err)
 	}
-	if _, err := s.Probe(ctx, &csi.ProbeRequest{}); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("Probe before ready: %v, want FailedPrecondition", err)
+	// Not live: an answer (the sidecars wait on it), not an error (they
+	// would exit).
+	if r, err := s.Probe(ctx, &csi.ProbeRequest{}); err != nil || r.GetReady() == nil || r.GetReady().GetValue() {
+		t.Fatalf("Probe before the provisioner is loaded = %v, %v; want ready false, no error", r, err)
 	}
-	ready = nil
+	// Live while the API server does not answer (Ready fails): an outage
+	// must not get the driver restarted.
+	live = nil
 	if r, err := s.Probe(ctx, &csi.ProbeRequest{}); err != nil || !r.GetReady().GetValue() {
-		t.Fatalf("Probe when ready = %v, %v", r, err)
+		t.Fatalf("Probe when live = %v, %v", r, err)
 	}
 	node := &Server{Name: "x"}
 	if caps, _ := node.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{}); len(caps.Capabilities) != 0 {

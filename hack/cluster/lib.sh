@@ -267,7 +267,7 @@ EOF
 
 # import_images SOCK: import every image archive into the containerd at SOCK, with the local
 # aliases that let the examples' public busybox image (imagePullPolicy IfNotPresent) run
-# unmodified on this registry-less cluster.
+# unmodified on this registry-less cluster; then the stock sidecars (import_sidecars).
 BUSYBOX_ALIASES=(docker.io/library/busybox:1.36)
 import_images() {
   local sock="$1" t out alias
@@ -277,6 +277,36 @@ import_images() {
   for alias in "${BUSYBOX_ALIASES[@]}"; do
     out="$("$BIN/ctr" --address "$sock" -n k8s.io images tag --force pav.local/busybox:dev "$alias" 2>&1)" || die "tagging $alias: $out"
   done
+  import_sidecars "$sock"
+}
+
+# SIDECARS: the stock kubernetes-csi sidecars the Go module proxy does not serve
+# (node-driver-registrar, external-resizer, livenessprobe, external-snapshot-metadata), built
+# from their release tags under their upstream names (registry.k8s.io/sig-storage/...:TAG)
+# in ../shared/sidecars beside this repository (its README.md), as gzipped OCI archives. The
+# manifests name those images, so importing them is all it takes; without the folder (a
+# clone elsewhere) nothing is imported, and the cluster pulls the same images.
+SIDECARS="${PAV_SIDECARS_DIR:-$ROOT/../shared/sidecars}"
+# The registrar under the name ../shared/peers' manifests give it (they were written when a
+# stand-in of this repository stood for it).
+REGISTRAR_ALIAS=pav.local/registrar:dev
+
+# import_sidecars SOCK: import the archives of $SIDECARS (checked against its SHA256SUMS once
+# per run of this shell) into the containerd at SOCK.
+import_sidecars() {
+  local sock="$1" t out ref
+  [ -f "$SIDECARS/SHA256SUMS" ] || { log "sidecars: no $SIDECARS/SHA256SUMS: the stock sidecars will be pulled"; return 0; }
+  if [ -z "${SIDECARS_CHECKED:-}" ]; then
+    out="$(cd "$SIDECARS" && sha256sum --quiet -c SHA256SUMS 2>&1)" || die "sidecars: $SIDECARS does not match its SHA256SUMS: $out"
+    SIDECARS_CHECKED=1
+  fi
+  for t in "$SIDECARS"/*/*.tar.gz; do
+    out="$(gunzip -c "$t" | "$BIN/ctr" --address "$sock" -n k8s.io images import --platform linux/amd64 - 2>&1)" || die "importing $t: $out"
+  done
+  ref="$("$BIN/ctr" --address "$sock" -n k8s.io images ls -q | grep '^registry.k8s.io/sig-storage/csi-node-driver-registrar:' | head -n 1)" || true
+  if [ -n "$ref" ]; then
+    out="$("$BIN/ctr" --address "$sock" -n k8s.io images tag --force "$ref" "$REGISTRAR_ALIAS" 2>&1)" || die "tagging $REGISTRAR_ALIAS: $out"
+  fi
 }
 
 # wait_for WHAT SECONDS CMD...: poll CMD every 0.2 s.

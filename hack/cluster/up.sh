@@ -143,7 +143,7 @@ wait_for "containerd" 30 ctr_ version
 
 # 2. images
 need=()
-for i in pause busybox csi-provisioner pav registrar; do
+for i in pause busybox csi-provisioner pav; do
   [ -f "$ROOT/_output/images/$i.tar" ] || need+=("$i")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -151,7 +151,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   "$ROOT/hack/images/build.sh" "${need[@]}"
 fi
 import_images "$CTRD_SOCK"
-log "images: imported $(ls "$ROOT"/_output/images/*.tar | wc -l) archives"
+log "images: imported $(ls "$ROOT"/_output/images/*.tar | wc -l) archives, and the stock sidecars of ${SIDECARS}"
 
 # 3. etcd
 start etcd --name pav --data-dir "$ETCD_DATA" \

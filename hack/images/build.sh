@@ -2,8 +2,7 @@
 # hack/images/build.sh — build the local cluster's container images without Docker.
 #
 # Usage: hack/images/build.sh [--import] [IMAGE...]        (make images)
-#   IMAGE is any of: pause busybox csi-provisioner csi-snapshotter snapshot-controller
-#                    pav registrar resizer
+#   IMAGE is any of: pause busybox csi-provisioner csi-snapshotter snapshot-controller pav
 #                    loop-block encryption encrypted-fs object-bucket (default: all these)
 #                    e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing
 #                    e2e-hello-populator e2e-volume-data-source-validator (make conformance;
@@ -15,7 +14,9 @@
 # is one process (a link, dpkg-deb, tar, sha256sum), so idle cores build the next ones (beside
 # other builds, as in make ci's prebuild, the cores are busy anyway).
 # Progress: each image says when it starts and how long it took; a summary closes the run.
-# make demo builds only the images it uses: pause busybox csi-provisioner registrar pav.
+# make demo builds only the images it uses: pause busybox csi-provisioner pav.
+# The stock sidecars the Go module proxy does not serve (node-driver-registrar, external-resizer,
+# livenessprobe) are not built here: hack/cluster imports them from ../shared/sidecars.
 #
 # Each image is a single-layer OCI image layout (layer tar, config JSON, manifest,
 # index.json with the io.containerd.image.name annotation) written with tar and
@@ -31,9 +32,6 @@
 #                                  /snapshot-controller (from hack/build-tools.sh)
 #   pav.local/pav:dev              busybox + /usr/local/bin/pav, pav-driver and pav-report
 #                                  (CGO_ENABLED=0 go build ./cmd/pav ./cmd/pav-driver ./cmd/pav-report)
-#   pav.local/registrar:dev        /csi-node-driver-registrar = test/registrar (test-only stand-in)
-#   pav.local/resizer:dev          /csi-resizer = test/resizer (test-only stand-in for
-#                                  external-resizer, which the proxy refuses)
 # The examples' images (examples/<name>/Dockerfile is what a user builds elsewhere, FROM
 # debian:bookworm-slim; here the same Debian packages go on top of busybox):
 #   pav.local/loop-block:dev       Debian mount util-linux e2fsprogs coreutils (cp --sparse)
@@ -92,9 +90,7 @@ declare -A REF=(
   [csi-provisioner]=pav.local/csi-provisioner:dev
   [csi-snapshotter]=pav.local/csi-snapshotter:dev
   [snapshot-controller]=pav.local/snapshot-controller:dev
-  [resizer]=pav.local/resizer:dev
   [pav]=pav.local/pav:dev
-  [registrar]=pav.local/registrar:dev
   [loop-block]=pav.local/loop-block:dev
   [encryption]=pav.local/encryption:dev
   [encrypted-fs]=pav.local/encrypted-fs:dev
@@ -106,7 +102,7 @@ declare -A REF=(
   [e2e-hello-populator]=registry.k8s.io/sig-storage/hello-populator:v1.0.1
   [e2e-volume-data-source-validator]=registry.k8s.io/sig-storage/volume-data-source-validator:v1.0.0
 )
-ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav registrar resizer loop-block encryption encrypted-fs object-bucket)
+ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav loop-block encryption encrypted-fs object-bucket)
 # The argument "conformance" stands for the images of make conformance (hack/conformance.sh).
 CONFORMANCE=(e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing e2e-hello-populator e2e-volume-data-source-validator)
 
@@ -362,19 +358,11 @@ build_one() {
       smoke "$name" "$r"
       write_image "$name" "${REF[$name]}" "$r" 'null' "$cmd"
       deb_stamp "$name" > "$OUT/$name.stamp" ;;
-    registrar)
-      gobuild "$BIN/registrar" ./test/registrar
-      cp "$BIN/registrar" "$r/csi-node-driver-registrar"
-      write_image registrar "${REF[registrar]}" "$r" '["/csi-node-driver-registrar"]' 'null' ;;
     e2e-hello-populator|e2e-volume-data-source-validator)
       local cmd="${name#e2e-}"
       gobuild "$BIN/$cmd" "./test/$cmd"
       cp "$BIN/$cmd" "$r/$cmd"
       write_image "$name" "${REF[$name]}" "$r" "[\"/$cmd\"]" 'null' ;;
-    resizer)
-      gobuild "$BIN/resizer" ./test/resizer
-      cp "$BIN/resizer" "$r/csi-resizer"
-      write_image resizer "${REF[resizer]}" "$r" '["/csi-resizer"]' 'null' ;;
     loop-block|encryption|encrypted-fs|object-bucket)
       rootfs_debs "$r" "$name"
       if [ "$name" = object-bucket ]; then

@@ -195,7 +195,7 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 	}
 	eval := phase.NewEvaluator(pvcs)
 	svc := &Services{Identity: &identity.Server{Name: name, Version: o.Version, Controller: o.Mode != ModeNode,
-		Ready: newReadiness(src, d.Client).check, Features: features(src)}}
+		Ready: newReadiness(src, d.Client).check, Live: live(src), Features: features(src)}}
 	if o.Mode != ModeController {
 		stateDir := o.StateDir
 		if stateDir == "" {
@@ -289,6 +289,16 @@ func adoptLegacyVolumes(ctx context.Context, s *controllerserver.Server, name st
 		return fmt.Errorf("adopting the volumes v0.2.0 created: %w (last error: %v)", err, lastErr)
 	}
 	return nil
+}
+
+// live is the driver's liveness (CSI Probe): its PavProvisioner loaded, from
+// the informer's cache (the spec in force, the last valid one while an edit is
+// invalid): no API request.
+func live(src provisioner.Source) func() error {
+	return func() error {
+		_, err := src.Get(false)
+		return err
+	}
 }
 
 // features reads the optional capabilities from the spec in force (the last

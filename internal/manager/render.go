@@ -30,6 +30,7 @@ const (
 	containerRegistrar = "node-driver-registrar"
 	containerResizer   = "csi-resizer"
 	containerSnapshot  = "csi-snapshotter"
+	containerLiveness  = "liveness-probe"
 )
 
 // Labels of the objects the manager deploys (the manifests add the others).
@@ -117,6 +118,8 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		{ctrl, containerSnapshot, s.Images.CSISnapshotter, s.Resources.CSISnapshotter, false, true},
 		{node, containerPav, s.Images.Pav, s.Resources.Node, true, false},
 		{node, containerRegistrar, s.Images.NodeDriverRegistrar, s.Resources.NodeDriverRegistrar, false, false},
+		{ctrl, containerLiveness, s.Images.LivenessProbe, s.Resources.LivenessProbe, false, false},
+		{node, containerLiveness, s.Images.LivenessProbe, s.Resources.LivenessProbe, false, false},
 	} {
 		ct := container(c.spec, c.name)
 		if ct == nil && c.optional {
@@ -146,8 +149,8 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		if g := s.NodePlugin.UnstageForgottenAfter; g != nil && c.driver && c.spec == node {
 			ct.Args = setArg(ct.Args, "--unstage-forgotten-after", g.Duration.String())
 		}
-		// The registrar alone makes no API request (and has no such flag).
-		if a := s.KubeAPI; a != nil && c.name != containerRegistrar {
+		// The registrar and livenessprobe make no API request (and have no such flag).
+		if a := s.KubeAPI; a != nil && c.name != containerRegistrar && c.name != containerLiveness {
 			ct.Args = setArg(ct.Args, "--"+kubeconfig.FlagQPS, strconv.FormatFloat(a.QPS, 'f', -1, 64))
 			ct.Args = setArg(ct.Args, "--"+kubeconfig.FlagBurst, strconv.Itoa(a.Burst))
 		}

@@ -84,6 +84,9 @@ type Images struct {
 	// sidecars, deployed only to provisioners with the phases they need.
 	CSIResizer     string `json:"csiResizer,omitempty"`
 	CSISnapshotter string `json:"csiSnapshotter,omitempty"`
+	// LivenessProbe is the livenessprobe sidecar of both workloads: the
+	// drivers' liveness probe goes through it (their CSI Probe).
+	LivenessProbe string `json:"livenessProbe,omitempty"`
 }
 
 // NodePlugin says where the node plugins (the DaemonSet) run. A nil field keeps
@@ -111,6 +114,8 @@ type Resources struct {
 	CSIResizer *corev1.ResourceRequirements `json:"csiResizer,omitempty"`
 	// CSISnapshotter is the external-snapshotter sidecar (spec.snapshotCreation only).
 	CSISnapshotter *corev1.ResourceRequirements `json:"csiSnapshotter,omitempty"`
+	// LivenessProbe is the livenessprobe sidecar of both workloads.
+	LivenessProbe *corev1.ResourceRequirements `json:"livenessProbe,omitempty"`
 }
 
 // LoadSettings reads a settings file strictly: an unknown key is an error that
@@ -170,6 +175,7 @@ func (s Settings) Validate() error {
 		{"resources.nodeDriverRegistrar", s.Resources.NodeDriverRegistrar},
 		{"resources.csiResizer", s.Resources.CSIResizer},
 		{"resources.csiSnapshotter", s.Resources.CSISnapshotter},
+		{"resources.livenessProbe", s.Resources.LivenessProbe},
 	} {
 		if r.r == nil {
 			continue

@@ -21,7 +21,7 @@ import (
 // back to it, see internal/provisioner), else none: an invalid provisioner's
 // driver serves nothing, and a sidecar would only crash-loop.
 func sidecars(f phase.Features) map[string]bool {
-	return map[string]bool{containerPav: true, containerProvision: true,
+	return map[string]bool{containerPav: true, containerProvision: true, containerLiveness: true,
 		containerResizer: f.Expansion, containerSnapshot: f.Snapshots}
 }
 

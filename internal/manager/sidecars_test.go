@@ -55,6 +55,10 @@ func controllerContainers(o *Objects) []string {
 // valid version, the one the drivers fall back to.
 func TestSidecarsFollowPhases(t *testing.T) {
 	base := []string{containerPav, containerProvision}
+	// livenessprobe, last in the manifest, runs in every controller pod.
+	with := func(sidecars ...string) []string {
+		return append(append(slices.Clone(base), sidecars...), containerLiveness)
+	}
 	invalid := func(lastValid ...string) *v1alpha1.PavProvisioner {
 		saved := typed(t, provisionerWithPhases("p1", "uid-1", 1, lastValid...))
 		p := typed(t, provisionerWithPhases("p1", "uid-1", 2, phaseExpansion, phaseSnapshots))
@@ -69,16 +73,16 @@ func TestSidecarsFollowPhases(t *testing.T) {
 		p    *v1alpha1.PavProvisioner
 		want []string
 	}{
-		{"no phases", typed(t, provisioner("p1", "uid-1", 1)), base},
-		{"expansion", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseExpansion)), append(slices.Clone(base), containerResizer)},
-		{"snapshots", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseSnapshots)), append(slices.Clone(base), containerSnapshot)},
+		{"no phases", typed(t, provisioner("p1", "uid-1", 1)), with()},
+		{"expansion", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseExpansion)), with(containerResizer)},
+		{"snapshots", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseSnapshots)), with(containerSnapshot)},
 		{"both", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseExpansion, phaseSnapshots)),
-			append(slices.Clone(base), containerResizer, containerSnapshot)},
+			with(containerResizer, containerSnapshot)},
 		{"online expansion is expansion", typed(t, provisionerWithPhases("p1", "uid-1", 1, "volumeExpansion: {online: false}\n")),
-			append(slices.Clone(base), containerResizer)},
-		{"invalid, last valid had expansion", invalid(phaseExpansion), append(slices.Clone(base), containerResizer)},
-		{"invalid, last valid had none", invalid(""), base},
-		{"invalid, nothing valid known", invalid(), base},
+			with(containerResizer)},
+		{"invalid, last valid had expansion", invalid(phaseExpansion), with(containerResizer)},
+		{"invalid, last valid had none", invalid(""), with()},
+		{"invalid, nothing valid known", invalid(), with()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := Render(tc.p, ns, Settings{})
@@ -95,7 +99,7 @@ func TestSidecarsFollowPhases(t *testing.T) {
 // The sidecars get their settings like the other containers.
 func TestSidecarSettings(t *testing.T) {
 	level := 4
-	s := Settings{Images: Images{CSIResizer: "r/resizer:1", CSISnapshotter: "r/snap:2"}, ImagePullPolicy: "Never", LogLevel: &level}
+	s := Settings{Images: Images{CSIResizer: "r/resizer:1", CSISnapshotter: "r/snap:2", LivenessProbe: "r/probe:3"}, ImagePullPolicy: "Never", LogLevel: &level}
 	o, err := Render(typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseExpansion, phaseSnapshots)), ns, s)
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +115,13 @@ func TestSidecarSettings(t *testing.T) {
 		}
 		if !slices.Contains(ct.Args, "--csi-address=/csi/csi.sock") || !slices.Contains(ct.Args, "--leader-election") {
 			t.Errorf("%s args %v: not on the driver's socket with leader election", name, ct.Args)
+		}
+	}
+	for _, name := range []string{"controller/liveness-probe", "node/liveness-probe"} {
+		ct := c[name]
+		if ct == nil || ct.Image != "r/probe:3" || ct.ImagePullPolicy != "Never" || !slices.Contains(ct.Args, "--v=4") ||
+			!slices.Contains(ct.Args, "--csi-address=/csi/csi.sock") {
+			t.Errorf("%s = %+v: want image r/probe:3, pull policy Never, --v=4, on the driver's socket", name, ct)
 		}
 	}
 	if !slices.Contains(c["controller/csi-snapshotter"].Args, "--extra-create-metadata") {
@@ -133,7 +144,7 @@ func TestPhaseEditUpdatesStatefulSet(t *testing.T) {
 		}
 		return n
 	}
-	if got := names(); !slices.Equal(got, []string{containerPav, containerProvision}) {
+	if got := names(); !slices.Equal(got, []string{containerPav, containerProvision, containerLiveness}) {
 		t.Fatalf("containers %v", got)
 	}
 	for _, step := range []struct {
@@ -144,13 +155,13 @@ func TestPhaseEditUpdatesStatefulSet(t *testing.T) {
 		wantWrites []string
 		features   string
 	}{
-		{"add both", 2, []string{phaseExpansion, phaseSnapshots}, []string{containerPav, containerProvision, containerResizer, containerSnapshot},
+		{"add both", 2, []string{phaseExpansion, phaseSnapshots}, []string{containerPav, containerProvision, containerResizer, containerSnapshot, containerLiveness},
 			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "expansion=online,snapshots"},
-		{"other edit", 3, []string{phaseExpansion, phaseSnapshots, "snapshotDeletion: {}\n"}, []string{containerPav, containerProvision, containerResizer, containerSnapshot},
+		{"other edit", 3, []string{phaseExpansion, phaseSnapshots, "snapshotDeletion: {}\n"}, []string{containerPav, containerProvision, containerResizer, containerSnapshot, containerLiveness},
 			[]string{"apply pavprovisioners/status p1"}, "expansion=online,snapshots"},
-		{"drop snapshots", 4, []string{phaseExpansion}, []string{containerPav, containerProvision, containerResizer},
+		{"drop snapshots", 4, []string{phaseExpansion}, []string{containerPav, containerProvision, containerResizer, containerLiveness},
 			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "expansion=online"},
-		{"drop expansion", 5, nil, []string{containerPav, containerProvision},
+		{"drop expansion", 5, nil, []string{containerPav, containerProvision, containerLiveness},
 			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "none"},
 	} {
 		f.edit("p1", func(u *unstructured.Unstructured) {
