@@ -31,6 +31,7 @@ const (
 	fFinalize = "pav:finalize"
 	fForCond  = "pav:forcond"
 	fPlain    = "pav:plain"
+	fBranch   = "pav:branch"
 )
 
 func strArg(va *exec.VarArgs, i int) string {

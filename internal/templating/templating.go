@@ -29,6 +29,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/loaders"
 	"github.com/nikolalohinski/gonja/v2/nodes"
 	"github.com/nikolalohinski/gonja/v2/parser"
+	"github.com/nikolalohinski/gonja/v2/tokens"
 	"k8s.io/utils/lru"
 )
 
@@ -403,7 +404,7 @@ func init() {
 		fVar: filterVar, fUndef: filterUndef, fGetattr: filterGetattr, fGetitem: filterGetitem,
 		fMethod: filterMethod, fCallable: filterCallable, fBinop: filterBinop, fNot: filterNot,
 		fNeg: filterUnary(true), fPos: filterUnary(false), fBool: filterBool,
-		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain,
+		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain, fBranch: filterBranch,
 		"tobash": filterToBash, "tojson": filterToJSON, "default": filterDefault, "d": filterDefault,
 		"string": filterString, "reverse": filterReverse, "attr": filterAttr, "format": filterFormat,
 		"wordcount": filterWordcount, "center": filterCenter, "urlencode": filterURLEncode, "round": filterRound,
@@ -575,12 +576,22 @@ func parse(src string) (tpl *exec.Template, err error) {
 	if err := checkNesting(src); err != nil {
 		return nil, err
 	}
-	env := &exec.Environment{Filters: filters, Tests: tests, ControlStructures: controls, Methods: noMethods, Context: globals}
-	tpl, err = exec.NewTemplate(rootID, renderConfig, sourceLoader{src}, env)
+	// gonja's parser reads pav's tokens (see condexpr.go), and the template
+	// gonja builds around an empty source gets the parsed tree: exec.Template
+	// has no constructor that takes tokens or a tree, and nothing but its
+	// root refers to what it parsed.
+	lexed := lexForConditionals(src)
+	root, err := parser.NewParser(rootID, tokens.NewStream(lexed.toks), renderConfig, sourceLoader{src}, controls).Parse()
 	if err != nil {
 		return nil, syntaxError(err)
 	}
-	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}}
+	env := &exec.Environment{Filters: filters, Tests: tests, ControlStructures: controls, Methods: noMethods, Context: globals}
+	tpl, err = exec.NewTemplate(rootID, renderConfig, sourceLoader{""}, env)
+	if err != nil {
+		return nil, syntaxError(err)
+	}
+	*tpl.Root() = *root
+	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}, groups: lexed.groups}
 	if err := rw.template(tpl.Root()); err != nil {
 		return nil, err
 	}
