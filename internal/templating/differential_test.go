@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"reflect"
@@ -213,6 +214,18 @@ var conditionalCorpus = []string{
 	"{{ if if t else 5 }}", "{{ (if if false else 5) }}", "{{ 'if' if t else 'else' }}", "{{ ('(' if t else ')') ~ ')' }}",
 	"{% set else = 1 %}{{ else if t }}", "{{ m.else if t else 0 }}", "{{ not if if t }}", "{# (a if b) #}x", "{% raw %}{{ a if b }}{% endraw %}",
 	"x {{- a if t else b -}} y", "{{ m.n.deep[0] if m.n else none }}",
+
+	// found by FuzzExpressionGrammar: a failed item of a list or tuple
+	// literal, a test of a failed value, Undefined through int, float and
+	// abs, bool indexes, and the numeric tests with Python's %
+	"{{ [a not in a, a] | join('|') }}", "{{ [1 / 0, 2] | join }}", "{{ (1 / 0, 2) | join }}", "{{ [abc.x] | length }}",
+	"{% set v, w = 1 / 0, 2 %}{{ w }}", "{{ s | replace('b', (s + 1 == a) is defined) }}", "{{ (abc.x is defined) }}",
+	"{{ ((abc if false) | int) + a }}", "{{ abc | int }}", "{{ abc | float }}", "{{ abc | abs }}", "{{ s | abs }}", "{{ true | abs }}",
+	"{{ none | abs }}", "{{ '3' | int }}", "{{ none | int }}", "{{ l[true] }}", "{{ s[false] }}", "{{ l[a == a] }}",
+	"{{ f is divisibleby 2 }}", "{{ 2.5 is divisibleby 0.5 }}", "{{ 3 is divisibleby 0 }}", "{{ 4 is divisibleby 'a' }}",
+	"{{ -3 is odd }}", "{{ 3.0 is odd }}", "{{ 2.5 is even }}", "{{ true is odd }}", "{{ 'a' is odd }}", "{{ abc is odd }}",
+	"{{ none is even }}", "{{ true is number }}", "{{ none is number }}", "{{ s is sequence }}", "{{ m is sequence }}",
+	"{{ abc is sequence }}", "{{ 1 is sequence }}", "{{ none is sequence }}",
 }
 
 // knownDeviations are templates whose result differs from PaV's on purpose
@@ -350,16 +363,7 @@ func TestDifferentialPaV(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, gotErr := e.EvaluateString(context.Background(), c.tmpl, c.vars)
-		refVal, refOK := ref["ok"]
-		var diff string
-		switch {
-		case refOK && gotErr != nil:
-			diff = "PaV gives " + jsonString(refVal) + ", pav fails: " + gotErr.Error()
-		case !refOK && gotErr == nil:
-			diff = "PaV fails (" + ref["err"].(string) + "), pav gives " + jsonString(got)
-		case refOK && !reflect.DeepEqual(Normalize(refVal), got):
-			diff = "PaV gives " + jsonString(refVal) + ", pav gives " + jsonString(got)
-		}
+		diff := referenceDiff(ref, got, gotErr)
 		if diff == "" {
 			continue
 		}
@@ -371,6 +375,22 @@ func TestDifferentialPaV(t *testing.T) {
 		t.Errorf("%q: %s", c.tmpl, diff)
 	}
 	t.Logf("%d templates compared, %d unexpected differences", len(cases), mismatches)
+}
+
+// referenceDiff compares pav's result with the reference's answer
+// ({"ok": value} or {"err": message}): "" when both succeed with equal
+// values or both fail, else what differs.
+func referenceDiff(ref map[string]any, got any, gotErr error) string {
+	refVal, refOK := ref["ok"]
+	switch {
+	case refOK && gotErr != nil:
+		return "PaV gives " + jsonString(refVal) + ", pav fails: " + gotErr.Error()
+	case !refOK && gotErr == nil:
+		return "PaV fails (" + fmt.Sprint(ref["err"]) + "), pav gives " + jsonString(got)
+	case refOK && !reflect.DeepEqual(Normalize(refVal), got):
+		return "PaV gives " + jsonString(refVal) + ", pav gives " + jsonString(got)
+	}
+	return ""
 }
 
 var limitError = regexp.MustCompile(`too large|exceeds|too deeply|range too big|recursion depth|out of range`)

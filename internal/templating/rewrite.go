@@ -29,6 +29,7 @@ import (
 //	a op b       → a | pav:binop('op', b, 'a', 'b')     (and/or are kept)
 //	not x, -x    → x | pav:not, x | pav:neg('x')
 //	{{ e }}      → {{ e | pav:finalize('e') }}
+//	x is t(args) → x | pav:test('t', args…)
 //	if/elif/for-if conditions → c | pav:bool
 //	for x in s   → for x in s | pav:iterable('s')
 //
@@ -381,14 +382,16 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		rw.filterCalls(n.Filters)
 		return n
 	case *nodes.TestExpression:
-		n.Expression = rw.expr(n.Expression)
 		if !rw.tests.Exists(n.Test.Name) {
 			rw.fail(n.Test.Token, "no test named '%s'", n.Test.Name)
 			return n
 		}
+		// Through pav:test, because gonja applies a test to an error value
+		// and answers: `(x + 'a') is defined` was True.
 		rw.exprs(n.Test.Args)
 		rw.kwargs(n.Test.Kwargs)
-		return n
+		args := append([]nodes.Expression{strNode(n.Test.Token, n.Test.Name)}, n.Test.Args...)
+		return filteredCall(rw.expr(n.Expression), &nodes.FilterCall{Token: n.Test.Token, Name: fTest, Args: args, Kwargs: n.Test.Kwargs})
 	}
 	rw.fail(e.Position(), "unsupported expression %s", e)
 	return e

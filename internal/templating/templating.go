@@ -404,7 +404,7 @@ func init() {
 		fVar: filterVar, fUndef: filterUndef, fGetattr: filterGetattr, fGetitem: filterGetitem,
 		fMethod: filterMethod, fCallable: filterCallable, fBinop: filterBinop, fNot: filterNot,
 		fNeg: filterUnary(true), fPos: filterUnary(false), fBool: filterBool,
-		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain, fBranch: filterBranch,
+		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain, fBranch: filterBranch, fTest: filterTest,
 		"tobash": filterToBash, "tojson": filterToJSON, "default": filterDefault, "d": filterDefault,
 		"string": filterString, "reverse": filterReverse, "attr": filterAttr, "format": filterFormat,
 		"wordcount": filterWordcount, "center": filterCenter, "urlencode": filterURLEncode, "round": filterRound,
@@ -415,6 +415,8 @@ func init() {
 
 	for name, t := range map[string]exec.TestFunction{
 		"defined": testDefined, "undefined": testUndefined, "none": testNone, "in": testIn,
+		"odd": modTest(2, 1), "even": modTest(2, 0), "divisibleby": modTest(0, 0),
+		"number": testNumber, "sequence": testSequence,
 	} {
 		_ = tests.Replace(name, t)
 	}
@@ -440,6 +442,10 @@ func init() {
 		"truncate": maxStringBytes, "batch": maxRange, "slice": maxRange} {
 		f, _ := filters.Get(name)
 		set(name, guardSizes(name, limit, f))
+	}
+	for _, name := range []string{"int", "float", "abs"} {
+		f, _ := filters.Get(name)
+		set(name, numericFilter(name, f))
 	}
 
 	globals.Set("cycler", globalCycler)
