@@ -226,6 +226,10 @@ var conditionalCorpus = []string{
 	"{{ -3 is odd }}", "{{ 3.0 is odd }}", "{{ 2.5 is even }}", "{{ true is odd }}", "{{ 'a' is odd }}", "{{ abc is odd }}",
 	"{{ none is even }}", "{{ true is number }}", "{{ none is number }}", "{{ s is sequence }}", "{{ m is sequence }}",
 	"{{ abc is sequence }}", "{{ 1 is sequence }}", "{{ none is sequence }}",
+	"{{ s | replace('b', n) }}", "{{ 'abc' | replace(abc, 'x') }}", "{{ 12 | replace(1, 3) }}", "{{ n | upper }}", "{{ f | lower }}",
+	"{{ [1, 'a'] | upper }}", "{{ n | trim }}", "{{ t | title }}", "{{ n | capitalize }}", "{{ abc | upper }}", "{{ 1 | striptags }}",
+	"{{ t | int }}", "{{ t | float }}", "{{ false | int }}", "{{ (z is divisibleby 2) | int }}",
+	"{{ l[abc] is defined }}", "{{ m[abc] is defined }}", "{{ s[abc] | default('d') }}", "{{ l[abc] }}", "{{ abc[abc] }}", "{{ l[none] is defined }}",
 }
 
 // knownDeviations are templates whose result differs from PaV's on purpose

@@ -3,6 +3,7 @@ package templating
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -115,9 +116,11 @@ func filterGetitem(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Va
 		return st.fail(undefinedError(text))
 	}
 	key := va.Args[0]
-	if isUndefined(key) {
-		return st.fail(st.undefinedErr())
+	if key.IsError() {
+		return key
 	}
+	// An Undefined key finds nothing (Python's lookup fails, and Jinja
+	// answers Undefined), which only fails where the result is used.
 	if v, ok := getItem(in, key); ok {
 		return v
 	}
@@ -1215,8 +1218,32 @@ func filterTest(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value
 	return exec.AsValue(ok)
 }
 
-// numericFilter wraps gonja's int, float and abs, which turn Undefined (and
-// abs anything, even True) into 0: Jinja's int and float of Undefined fail (its
+// strFilter wraps a gonja string filter: Jinja's take str() of their input
+// (and replace of its first two arguments), where gonja's take its own
+// rendering of them (None is "").
+func strFilter(nArgs int, f exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value {
+		if in.IsError() {
+			return in
+		}
+		if kindOf(in) != kStr {
+			in = exec.AsValue(pyStr(in))
+		}
+		if nArgs > 0 {
+			args := slices.Clone(va.Args)
+			for i := 0; i < nArgs && i < len(args); i++ {
+				if kindOf(args[i]) != kStr && !args[i].IsError() {
+					args[i] = exec.AsValue(pyStr(args[i]))
+				}
+			}
+			va = &exec.VarArgs{Args: args, KwArgs: va.KwArgs}
+		}
+		return f(e, in, va)
+	}
+}
+
+// numericFilter wraps gonja's int, float and abs, which turn Undefined, True
+// (and abs anything) into 0: Jinja's int and float of Undefined fail (its
 // __int__ and __float__ raise), and so does Python's abs() of anything but a
 // number.
 func numericFilter(name string, f exec.FilterFunction) exec.FilterFunction {
@@ -1228,8 +1255,11 @@ func numericFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 		switch k := kindOf(in); {
 		case k == kUndefined && name != "abs":
 			return st.fail(st.undefinedErr())
-		case name == "abs" && k == kBool:
-			i, _ := toInt(in) // abs(True) is 1; gonja's is 0.0
+		case k == kBool: // int(True), abs(True) are 1, float(True) 1.0; gonja's are 0
+			i, _ := toInt(in)
+			if name == "float" {
+				return exec.AsValue(float64(i))
+			}
 			return exec.AsValue(i)
 		case name == "abs" && k != kInt && k != kFloat:
 			return st.failf("bad operand type for abs(): '%s'", typeName(in))

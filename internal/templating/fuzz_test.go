@@ -245,7 +245,8 @@ func (g *exprGen) template() string {
 // ones are parenthesized (and some others, at random). Comparisons take
 // operands one level tighter, never another comparison: gonja chains
 // `a < b < c` left to right where Jinja means `a < b and b < c` (a
-// deviation of its own, not this grammar's subject).
+// deviation of its own, not this grammar's subject); likewise `not not x`,
+// which gonja's parser refuses, is written `not (not x)`.
 func (g *exprGen) expr(min, depth int) string {
 	var s string
 	level := lvPrimary
@@ -268,8 +269,8 @@ func (g *exprGen) expr(min, depth int) string {
 		} else {
 			s, level = g.expr(lvAnd, depth-1)+" and "+g.expr(lvNot, depth-1), lvAnd
 		}
-	case 5:
-		s, level = "not "+g.expr(lvNot, depth-1), lvNot
+	case 5: // `not not x` parenthesized: gonja's parser takes one not (a known deviation)
+		s, level = "not "+g.expr(lvCompare, depth-1), lvNot
 	case 6:
 		op := g.one("==", "!=", "<", "<=", ">", ">=", "in", "not in")
 		s, level = g.expr(lvAdd, depth-1)+" "+op+" "+g.expr(lvAdd, depth-1), lvCompare

@@ -443,6 +443,11 @@ func init() {
 		f, _ := filters.Get(name)
 		set(name, guardSizes(name, limit, f))
 	}
+	for name, nArgs := range map[string]int{"upper": 0, "lower": 0, "capitalize": 0, "title": 0, "trim": 0,
+		"striptags": 0, "replace": 2} {
+		f, _ := filters.Get(name)
+		set(name, strFilter(nArgs, f))
+	}
 	for _, name := range []string{"int", "float", "abs"} {
 		f, _ := filters.Get(name)
 		set(name, numericFilter(name, f))
