@@ -230,6 +230,9 @@ var conditionalCorpus = []string{
 	"{{ [1, 'a'] | upper }}", "{{ n | trim }}", "{{ t | title }}", "{{ n | capitalize }}", "{{ abc | upper }}", "{{ 1 | striptags }}",
 	"{{ t | int }}", "{{ t | float }}", "{{ false | int }}", "{{ (z is divisibleby 2) | int }}",
 	"{{ l[abc] is defined }}", "{{ m[abc] is defined }}", "{{ s[abc] | default('d') }}", "{{ l[abc] }}", "{{ abc[abc] }}", "{{ l[none] is defined }}",
+	"{{ m in m }}", "{{ l not in m }}", "{{ [1] in [[1]] }}", "{{ abc in m }}", "{{ abc in l }}",
+	"{{ abc in s }}", "{{ abc not in abc }}",
+	"{{ s % m }}", "{{ '%s' % m }}", "{{ 'x' % {} }}", "{{ '%s %s' % m }}", "{{ '%s' | format(m) }}", "{{ 'x' | format(m) }}",
 }
 
 // knownDeviations are templates whose result differs from PaV's on purpose

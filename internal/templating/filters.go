@@ -940,7 +940,7 @@ func filterFormat(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Val
 	if kindOf(in) != kStr {
 		return st.failf("format expects a string, not %s", typeName(in))
 	}
-	s, err := pyPercentFormat(resolved(in).String(), va.Args)
+	s, err := pyPercentFormat(resolved(in).String(), va.Args, false)
 	if err != nil {
 		return st.fail(err)
 	}
@@ -1002,9 +1002,8 @@ func testIn(_ *exec.Context, in *exec.Value, va *exec.VarArgs) (bool, error) {
 	if len(va.Args) != 1 {
 		return false, fmt.Errorf("'in' needs a right-hand side")
 	}
-	if isUndefined(in) {
-		return false, fmt.Errorf("the left operand of 'in' is undefined")
-	}
+	// An Undefined left operand is a value like any other (equal to
+	// nothing, not a string), as in Jinja.
 	return contains(va.Args[0], in, "")
 }
 

@@ -246,7 +246,9 @@ func (g *exprGen) template() string {
 // operands one level tighter, never another comparison: gonja chains
 // `a < b < c` left to right where Jinja means `a < b and b < c` (a
 // deviation of its own, not this grammar's subject); likewise `not not x`,
-// which gonja's parser refuses, is written `not (not x)`.
+// which gonja's parser refuses, is written `not (not x)`, and the right
+// operand of `in` is a primary (gonja parses `in` as a test, whose argument
+// is one: `'a' in 'b' ~ 'a'` is a syntax error).
 func (g *exprGen) expr(min, depth int) string {
 	var s string
 	level := lvPrimary
@@ -273,7 +275,11 @@ func (g *exprGen) expr(min, depth int) string {
 		s, level = "not "+g.expr(lvCompare, depth-1), lvNot
 	case 6:
 		op := g.one("==", "!=", "<", "<=", ">", ">=", "in", "not in")
-		s, level = g.expr(lvAdd, depth-1)+" "+op+" "+g.expr(lvAdd, depth-1), lvCompare
+		right := lvAdd
+		if strings.HasSuffix(op, "in") {
+			right = lvPrimary // gonja reads only a primary after in (a known deviation)
+		}
+		s, level = g.expr(lvAdd, depth-1)+" "+op+" "+g.expr(right, depth-1), lvCompare
 	case 7:
 		s, level = g.expr(lvAdd, depth-1)+" "+g.one("+", "-")+" "+g.expr(lvConcat, depth-1), lvAdd
 	case 8:

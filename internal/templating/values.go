@@ -628,7 +628,9 @@ func binaryOp(op string, a, b *exec.Value, aText, bText string) (*exec.Value, er
 			} else {
 				args = []*exec.Value{b}
 			}
-			s, err := pyPercentFormat(resolved(a).String(), args)
+			// A dict right operand is Python's mapping mode: it need not
+			// be used (`'x' % {}` is 'x').
+			s, err := pyPercentFormat(resolved(a).String(), args, kb == kDict)
 			if err != nil {
 				return nil, err
 			}
@@ -814,6 +816,9 @@ func contains(container, item *exec.Value, containerText string) (bool, error) {
 		}
 		return false, nil
 	case kDict:
+		if k := kindOf(item); k == kList || k == kDict {
+			return false, fmt.Errorf("unhashable type: '%s'", typeName(item))
+		}
 		_, ok := dictLookup(container, item)
 		return ok, nil
 	}
@@ -823,8 +828,9 @@ func contains(container, item *exec.Value, containerText string) (bool, error) {
 // pyPercentFormat implements Python's printf-style `str % args` (and the
 // format filter): %s %r %d %i %u %f %F %e %E %g %G %x %X %o %c %% with flags,
 // width and precision. gonja passes the string to Go's Sprintf, whose verbs
-// differ from Python's.
-func pyPercentFormat(format string, args []*exec.Value) (string, error) {
+// differ from Python's. mapping is Python's mapping mode (a dict right of %),
+// in which the argument need not be used; %(key)s is not implemented.
+func pyPercentFormat(format string, args []*exec.Value, mapping bool) (string, error) {
 	var b strings.Builder
 	next := 0
 	for i := 0; i < len(format); i++ {
@@ -921,7 +927,7 @@ func pyPercentFormat(format string, args []*exec.Value) (string, error) {
 			return "", errTooLarge
 		}
 	}
-	if next < len(args) {
+	if next < len(args) && !mapping {
 		return "", fmt.Errorf("not all arguments converted during string formatting")
 	}
 	return b.String(), nil
