@@ -233,6 +233,7 @@ var conditionalCorpus = []string{
 	"{{ m in m }}", "{{ l not in m }}", "{{ [1] in [[1]] }}", "{{ abc in m }}", "{{ abc in l }}",
 	"{{ abc in s }}", "{{ abc not in abc }}",
 	"{{ s % m }}", "{{ '%s' % m }}", "{{ 'x' % {} }}", "{{ '%s %s' % m }}", "{{ '%s' | format(m) }}", "{{ 'x' | format(m) }}",
+	"{{ s % abc }}", "{{ '%s|' % abc }}", "{{ '%d' % abc }}", "{{ '%r' % abc }}", "{{ '%s|' | format(abc) }}", "{{ '%d' | format(abc) }}",
 }
 
 // knownDeviations are templates whose result differs from PaV's on purpose

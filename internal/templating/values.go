@@ -492,6 +492,15 @@ func binaryOp(op string, a, b *exec.Value, aText, bText string) (*exec.Value, er
 	case "!=":
 		return exec.AsValue(!equal(a, b)), nil
 	}
+	if op == "%" && kindOf(a) == kStr && isUndefined(b) {
+		// Undefined has __getitem__, so Python formats in mapping mode:
+		// 'x' % u is 'x', '%s' % u is '' (a number of it fails).
+		s, err := pyPercentFormat(resolved(a).String(), []*exec.Value{b}, true)
+		if err != nil {
+			return nil, err
+		}
+		return exec.AsValue(s), nil
+	}
 	if op != "~" { // Undefined concatenates as "", as in Jinja
 		if isUndefined(a) {
 			return nil, undefinedError(aText)
@@ -875,14 +884,17 @@ func pyPercentFormat(format string, args []*exec.Value, mapping bool) (string, e
 		}
 		arg := args[next]
 		next++
-		if isUndefined(arg) {
+		if isUndefined(arg) && verb != 's' && verb != 'r' {
 			return "", fmt.Errorf("an undefined value cannot be formatted")
 		}
 		switch verb {
 		case 's', 'r':
-			s := pyStr(arg)
+			s := pyStr(arg) // str(Undefined) is ''
 			if verb == 'r' {
 				s = pyRepr(arg, 0)
+				if isUndefined(arg) {
+					s = "Undefined"
+				}
 			}
 			b.WriteString(fmt.Sprintf("%"+spec+"s", s))
 		case 'd', 'i', 'u', 'x', 'X', 'o':
