@@ -234,6 +234,7 @@ var conditionalCorpus = []string{
 	"{{ abc in s }}", "{{ abc not in abc }}",
 	"{{ s % m }}", "{{ '%s' % m }}", "{{ 'x' % {} }}", "{{ '%s %s' % m }}", "{{ '%s' | format(m) }}", "{{ 'x' | format(m) }}",
 	"{{ s % abc }}", "{{ '%s|' % abc }}", "{{ '%d' % abc }}", "{{ '%r' % abc }}", "{{ '%s|' | format(abc) }}", "{{ '%d' | format(abc) }}",
+	"{{ 0.0 % -1 }}", "{{ -0.0 % 1 }}", "{{ 3.0 % -1.5 }}", "{{ -3.0 % 1.5 }}", "{{ (f - f) % -(a == a) }}",
 }
 
 // knownDeviations are templates whose result differs from PaV's on purpose

@@ -663,6 +663,8 @@ func binaryOp(op string, a, b *exec.Value, aText, bText string) (*exec.Value, er
 			m := math.Mod(fa, fb)
 			if m != 0 && ((m < 0) != (fb < 0)) {
 				m += fb
+			} else if m == 0 {
+				m = math.Copysign(0, fb) // Python: 0.0 % -1 is -0.0
 			}
 			return exec.AsValue(m), nil
 		}
