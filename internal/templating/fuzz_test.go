@@ -285,7 +285,15 @@ func (g *exprGen) expr(min, depth int) string {
 	case 8:
 		s, level = g.expr(lvConcat, depth-1)+" ~ "+g.expr(lvMul, depth-1), lvConcat
 	case 9:
-		s, level = g.expr(lvMul, depth-1)+" "+g.one("*", "/", "//", "%")+" "+g.expr(lvUnary, depth-1), lvMul
+		op := g.one("*", "/", "//", "%")
+		right := g.expr(lvUnary, depth-1)
+		if op == "%" {
+			// No list right of %: Python formats a str % list in mapping
+			// mode and a str % tuple with the tuple's items, and pav's
+			// values do not tell lists from tuples (a known deviation).
+			right = g.one("a", "b", "z", "f", "t", "n", "u", "m", "s", "2", "0.5", "(a, b)", "-("+g.expr(lvCond, depth-1)+")")
+		}
+		s, level = g.expr(lvMul, depth-1)+" "+op+" "+right, lvMul
 	case 10:
 		s, level = "-"+g.expr(lvPrimary, depth-1), lvUnary
 	case 11: // filters apply to a unary expression: -x | f is f(-x)
