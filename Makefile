@@ -67,6 +67,7 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzToBash$$' -fuzztime $(FUZZTIME) ./internal/templating
 	$(GO) test -run '^$$' -fuzz '^FuzzEvaluateString$$' -fuzztime $(FUZZTIME) ./internal/templating
+	$(GO) test -run '^$$' -fuzz '^FuzzExpressionGrammar$$' -fuzztime $(FUZZTIME) ./internal/templating
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCapacity$$' -fuzztime $(FUZZTIME) ./internal/phase
 
 # ci: lint, then the unit tests while e2e-prebuild builds what the e2e needs (the unit tests

@@ -46,8 +46,6 @@ type setControl struct {
 	names    []string // {% set a = … %}, {% set a, b = … %}
 	nsAttr   string   // {% set ns.attr = … %}: names[0] is the namespace
 	expr     nodes.Expression
-	cond     nodes.Expression // {% set a = x if cond else y %}
-	alt      nodes.Expression
 	body     *nodes.Wrapper // {% set a %}…{% endset %}
 	nsTarget nodes.Expression
 }
@@ -113,9 +111,6 @@ func parseSet(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, er
 		expr = tuple
 	}
 	s.expr = expr
-	if s.cond, s.alt, err = args.ParseCondition(); err != nil {
-		return nil, err
-	}
 	if !args.End() {
 		return nil, args.Error("malformed set tag", args.Current())
 	}
@@ -133,19 +128,6 @@ func (s *setControl) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) e
 			return err
 		}
 		value = exec.AsSafeValue(out.String())
-	case s.cond != nil:
-		c := r.Eval(s.cond)
-		if c.IsError() {
-			return c
-		}
-		switch {
-		case truthy(c):
-			value = r.Eval(s.expr)
-		case s.alt != nil:
-			value = r.Eval(s.alt)
-		default:
-			value = undefinedValue()
-		}
 	default:
 		value = r.Eval(s.expr)
 	}

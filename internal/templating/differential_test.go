@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"reflect"
@@ -156,6 +157,86 @@ var differentialCorpus = []string{
 	"{{ 2.5e15 ~ '|' ~ 9999999999999998.0 ~ '|' ~ 0.1 }}", "{{ 1e308 * 10 | string }}", "{{ (1e308 * 10) | tojson }}",
 }
 
+// conditionalCorpus holds conditional expressions (`x if c else y`) in every
+// position Jinja allows them (issue 36: gonja parsed them only at the top of
+// {{ … }}), with and without else, nested, with filters and tests inside,
+// with undefined names and failing expressions in the branch not taken
+// (Jinja does not evaluate it) and in the one taken, and the places where
+// Jinja refuses them.
+var conditionalCorpus = []string{
+	// parentheses, ~ and arithmetic
+	"{{ (a ~ (b if c else d)) }}", "{{ (s if t else abc) ~ '!' }}", "{{ 'x' ~ (a if false else b) ~ 'y' }}", "{{ a ~ (b if false) }}",
+	"{{ 1 + (2 if t else 3) * 4 }}", "{{ -(a if t else b) }}", "{{ (a if t else b) ** 2 }}", "{{ 10 // (3 if t else 0) }}",
+	"{{ 1 + 2 if false else 3 }}", "{{ 'a' ~ 'b' if false else 'c' }}", "{{ a < b if t else c }}", "{{ (a if t else b) == 2 }}",
+	"{{ a in (l if t else []) }}", "{{ ((a if t else b) if (c if false else t) else abc) }}",
+	// nested, and the keywords' own precedence
+	"{{ a if false else b if false else c }}", "{{ a if b if false else c }}", "{{ a if false else b if false }}",
+	"{{ 1 if t else 2 if abc.x else 3 }}", "{{ 'a' if 'b' if 'c' }}", "{{ (a if false) is defined }}", "{{ (a if t) is defined }}",
+	"{{ a or b if false else c }}", "{{ 0 or b if t else c }}", "{{ a and b if n else c and 0 }}", "{{ not t if t else 1 }}",
+	"{{ a if t and n else b }}", "{{ a if not abc else b }}", "{{ a if (b or abc) else c }}",
+	// filters
+	"{{ s if t else abc | upper }}", "{{ (s if t else abc) | upper }}", "{{ abc if false else s | upper }}",
+	"{{ l | join(', ' if t else '-') }}", "{{ abc | default('x' if t else 'y') }}", "{{ (n if false) | default('d') }}",
+	"{{ l | map('string' if t else 'int') | join }}", "{{ s | replace('a' if false else 'i', 'I') }}", "{{ l | join(abc if false else '+') }}",
+	// tests
+	"{{ 'y' if abc is defined else 'n' }}", "{{ 'y' if a is divisibleby 2 else 'n' }}", "{{ a is divisibleby 2 if t else 0 }}",
+	"{{ 'y' if l is sequence and l | length > 2 else 'n' }}", "{{ (a if t else b) is odd }}", "{{ 'y' if a is not none else 'n' }}",
+	"{{ a is sameas b if t else 0 }}", "{{ (m.if is defined) if t else 0 }}",
+	// calls and methods
+	"{{ range(a if t else 10) | list | join }}", "{{ dict(k=1 if t else 2).k }}", "{{ s.split(' ' if t else ',') | length }}",
+	"{{ '{}-{}'.format(a if t else b, b if false else c) }}", "{{ (s.upper if t else s.lower)() }}", "{{ namespace(v=a if t).v }}",
+	// list, tuple and dict literals
+	"{{ [a if t else b, b if false] | length }}", "{{ [a if t else b, c] | join(',') }}", "{{ {'k': a if t else b}.k }}",
+	"{{ {('k' if t else 'j'): 1} | tojson }}", "{{ (a if t else b, c) | join }}", "{{ [a if false] | first is defined }}",
+	// subscripts and slices
+	"{{ l[0 if t else 1] }}", "{{ l[1 if false else 0:] | join }}", "{{ m['k' if t else 'zz'] }}", "{{ s[:3 if t else 1] }}",
+	"{{ l[abc if false else -1] }}", "{{ l[::-1 if t else 1] | join }}",
+	// macros
+	"{% macro f(x, y=1 if t else 2) %}{{ x }}{{ y }}{% endmacro %}{{ f(a if false else b) }}{{ f(0, y=3 if t) }}",
+	"{% macro f(x) %}{{ x if x else 'none' }}{% endmacro %}{{ f(0) }}{{ f(1) }}", "{% macro f(x=abc if false) %}{{ x is defined }}{% endmacro %}{{ f() }}",
+	// statements
+	"{% set v = a if t else b %}{{ v }}", "{% set v, w = (1 if t else 2), 3 if false else 4 %}{{ v }}{{ w }}",
+	"{% set v = abc if false %}{{ v is defined }}", "{% with v = a if false else b %}{{ v }}{% endwith %}",
+	"{% if (a if t else 0) %}y{% else %}n{% endif %}", "{% if t %}{% elif (a if t else 0) %}{% endif %}x", "{% for i in (l if t else []) %}{{ i }}{% endfor %}",
+	"{% for i in l if (i if t else 0) > 1 %}{{ i }}{% endfor %}", "{% for i in l if i > 1 if t else false %}{{ i }}{% endfor %}",
+	"{% for i in l if i > 1 if false %}{{ i }}{% endfor %}", "{% filter replace('a', 'b' if t else 'c') %}abc{% endfilter %}",
+	"{% set yaml = true if t else false %}[1]", "{% set ns = namespace(v=0) %}{% set ns.v = a if t else b %}{{ ns.v }}",
+	// refused as Jinja refuses them
+	"{{ a if t else b else c }}", "{{ (a if t) else b }}", "{{ a if }}", "{{ a if t else }}", "{{ a else b }}", "{{ if a }}",
+	"{% if a if t else 0 %}y{% endif %}", "{% if t %}{% elif a if t else 0 %}{% endif %}", "{% for i in l if t else [] %}{{ i }}{% endfor %}",
+	"{% filter upper if t %}x{% endfilter %}", "{% macro f() %}{{ caller() }}{% endmacro %}{% call f() if t else f() %}x{% endcall %}",
+	"{{ a is defined if t else 0 }}", "{% set v = a if t else b, c %}{{ v }}", "{% macro f(x if t) %}{% endmacro %}",
+	// the taken branch: undefined names and errors count
+	"{{ abc if t else 1 }}", "{{ abc.x if t else 1 }}", "{{ 1 if abc.x else 2 }}", "{{ 1 if m.zz else 2 }}", "{{ (abc if t else 1) | default(5) }}",
+	"{{ 1 / 0 if false else 1 }}", "{{ 1 if t else 1 / 0 }}", "{{ 1 if t else abc() }}", "{{ abc() if false else 'ok' }}", "{{ 1 if t else 1 / 0 }}",
+	"{{ 1 / 0 if t else 1 }}", "{{ 1 if 1 / 0 else 2 }}", "{{ 1 if none + 1 else 2 }}",
+	// if and else as names, in strings, comments and raw blocks
+	"{{ if if t else 5 }}", "{{ (if if false else 5) }}", "{{ 'if' if t else 'else' }}", "{{ ('(' if t else ')') ~ ')' }}",
+	"{% set else = 1 %}{{ else if t }}", "{{ m.else if t else 0 }}", "{{ not if if t }}", "{# (a if b) #}x", "{% raw %}{{ a if b }}{% endraw %}",
+	"x {{- a if t else b -}} y", "{{ m.n.deep[0] if m.n else none }}",
+
+	// found by FuzzExpressionGrammar: a failed item of a list or tuple
+	// literal, a test of a failed value, Undefined through int, float and
+	// abs, bool indexes, and the numeric tests with Python's %
+	"{{ [a not in a, a] | join('|') }}", "{{ [1 / 0, 2] | join }}", "{{ (1 / 0, 2) | join }}", "{{ [abc.x] | length }}",
+	"{% set v, w = 1 / 0, 2 %}{{ w }}", "{{ s | replace('b', (s + 1 == a) is defined) }}", "{{ (abc.x is defined) }}",
+	"{{ ((abc if false) | int) + a }}", "{{ abc | int }}", "{{ abc | float }}", "{{ abc | abs }}", "{{ s | abs }}", "{{ true | abs }}",
+	"{{ none | abs }}", "{{ '3' | int }}", "{{ none | int }}", "{{ l[true] }}", "{{ s[false] }}", "{{ l[a == a] }}",
+	"{{ f is divisibleby 2 }}", "{{ 2.5 is divisibleby 0.5 }}", "{{ 3 is divisibleby 0 }}", "{{ 4 is divisibleby 'a' }}",
+	"{{ -3 is odd }}", "{{ 3.0 is odd }}", "{{ 2.5 is even }}", "{{ true is odd }}", "{{ 'a' is odd }}", "{{ abc is odd }}",
+	"{{ none is even }}", "{{ true is number }}", "{{ none is number }}", "{{ s is sequence }}", "{{ m is sequence }}",
+	"{{ abc is sequence }}", "{{ 1 is sequence }}", "{{ none is sequence }}",
+	"{{ s | replace('b', n) }}", "{{ 'abc' | replace(abc, 'x') }}", "{{ 12 | replace(1, 3) }}", "{{ n | upper }}", "{{ f | lower }}",
+	"{{ [1, 'a'] | upper }}", "{{ n | trim }}", "{{ t | title }}", "{{ n | capitalize }}", "{{ abc | upper }}", "{{ 1 | striptags }}",
+	"{{ t | int }}", "{{ t | float }}", "{{ false | int }}", "{{ (z is divisibleby 2) | int }}",
+	"{{ l[abc] is defined }}", "{{ m[abc] is defined }}", "{{ s[abc] | default('d') }}", "{{ l[abc] }}", "{{ abc[abc] }}", "{{ l[none] is defined }}",
+	"{{ m in m }}", "{{ l not in m }}", "{{ [1] in [[1]] }}", "{{ abc in m }}", "{{ abc in l }}",
+	"{{ abc in s }}", "{{ abc not in abc }}",
+	"{{ s % m }}", "{{ '%s' % m }}", "{{ 'x' % {} }}", "{{ '%s %s' % m }}", "{{ '%s' | format(m) }}", "{{ 'x' | format(m) }}",
+	"{{ s % abc }}", "{{ '%s|' % abc }}", "{{ '%d' % abc }}", "{{ '%r' % abc }}", "{{ '%s|' | format(abc) }}", "{{ '%d' | format(abc) }}",
+	"{{ 0.0 % -1 }}", "{{ -0.0 % 1 }}", "{{ 3.0 % -1.5 }}", "{{ -3.0 % 1.5 }}", "{{ (f - f) % -(a == a) }}",
+}
+
 // knownDeviations are templates whose result differs from PaV's on purpose
 // (or because of a gonja limitation that is not worth working around); the
 // reason is reported in the test log.
@@ -253,6 +334,9 @@ func TestDifferentialPaV(t *testing.T) {
 	for _, s := range differentialCorpus {
 		add(s, vars)
 	}
+	for _, s := range conditionalCorpus {
+		add(s, vars)
+	}
 	for _, c := range evalCases {
 		// Resource limits are pav's own (PaV would build gigabytes).
 		if !limitError.MatchString(c.wantErr) {
@@ -288,16 +372,7 @@ func TestDifferentialPaV(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, gotErr := e.EvaluateString(context.Background(), c.tmpl, c.vars)
-		refVal, refOK := ref["ok"]
-		var diff string
-		switch {
-		case refOK && gotErr != nil:
-			diff = "PaV gives " + jsonString(refVal) + ", pav fails: " + gotErr.Error()
-		case !refOK && gotErr == nil:
-			diff = "PaV fails (" + ref["err"].(string) + "), pav gives " + jsonString(got)
-		case refOK && !reflect.DeepEqual(Normalize(refVal), got):
-			diff = "PaV gives " + jsonString(refVal) + ", pav gives " + jsonString(got)
-		}
+		diff := referenceDiff(ref, got, gotErr)
 		if diff == "" {
 			continue
 		}
@@ -309,6 +384,22 @@ func TestDifferentialPaV(t *testing.T) {
 		t.Errorf("%q: %s", c.tmpl, diff)
 	}
 	t.Logf("%d templates compared, %d unexpected differences", len(cases), mismatches)
+}
+
+// referenceDiff compares pav's result with the reference's answer
+// ({"ok": value} or {"err": message}): "" when both succeed with equal
+// values or both fail, else what differs.
+func referenceDiff(ref map[string]any, got any, gotErr error) string {
+	refVal, refOK := ref["ok"]
+	switch {
+	case refOK && gotErr != nil:
+		return "PaV gives " + jsonString(refVal) + ", pav fails: " + gotErr.Error()
+	case !refOK && gotErr == nil:
+		return "PaV fails (" + fmt.Sprint(ref["err"]) + "), pav gives " + jsonString(got)
+	case refOK && !reflect.DeepEqual(Normalize(refVal), got):
+		return "PaV gives " + jsonString(refVal) + ", pav gives " + jsonString(got)
+	}
+	return ""
 }
 
 var limitError = regexp.MustCompile(`too large|exceeds|too deeply|range too big|recursion depth|out of range`)

@@ -3,6 +3,7 @@ package templating
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,8 @@ const (
 	fFinalize = "pav:finalize"
 	fForCond  = "pav:forcond"
 	fPlain    = "pav:plain"
+	fBranch   = "pav:branch"
+	fTest     = "pav:test"
 )
 
 func strArg(va *exec.VarArgs, i int) string {
@@ -113,9 +116,11 @@ func filterGetitem(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Va
 		return st.fail(undefinedError(text))
 	}
 	key := va.Args[0]
-	if isUndefined(key) {
-		return st.fail(st.undefinedErr())
+	if key.IsError() {
+		return key
 	}
+	// An Undefined key finds nothing (Python's lookup fails, and Jinja
+	// answers Undefined), which only fails where the result is used.
 	if v, ok := getItem(in, key); ok {
 		return v
 	}
@@ -195,8 +200,8 @@ func getItem(obj, key *exec.Value) (*exec.Value, bool) {
 	case kNamespace:
 		return nil, false
 	case kList, kStr:
-		i, ok := toInt(key)
-		if !ok || kindOf(key) == kBool {
+		i, ok := toInt(key) // a bool too: l[True] is l[1] in Python
+		if !ok {
 			return nil, false
 		}
 		if kindOf(obj) == kStr {
@@ -935,7 +940,7 @@ func filterFormat(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Val
 	if kindOf(in) != kStr {
 		return st.failf("format expects a string, not %s", typeName(in))
 	}
-	s, err := pyPercentFormat(resolved(in).String(), va.Args)
+	s, err := pyPercentFormat(resolved(in).String(), va.Args, false)
 	if err != nil {
 		return st.fail(err)
 	}
@@ -956,14 +961,49 @@ func testNone(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
 	return kindOf(in) == kNone, nil
 }
 
+// modTest is Jinja's odd (x % 2 == 1), even (x % 2 == 0) and divisibleby
+// (x % n == 0) with Python's %: gonja truncates floats to integers (2.5 is
+// divisible by 2) and takes Go's remainder (-3 is not odd).
+func modTest(divisor int64, want int64) exec.TestFunction {
+	return func(_ *exec.Context, in *exec.Value, va *exec.VarArgs) (bool, error) {
+		d := exec.AsValue(divisor)
+		if divisor == 0 { // divisibleby(n)
+			if len(va.Args) != 1 {
+				return false, fmt.Errorf("divisibleby takes one argument")
+			}
+			d = va.Args[0]
+		}
+		r, err := binaryOp("%", in, d, "", "")
+		if err != nil {
+			return false, err
+		}
+		return equal(r, exec.AsValue(want)), nil
+	}
+}
+
+// testNumber: Python's bool is a number.
+func testNumber(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+	k := kindOf(in)
+	return k == kInt || k == kFloat || k == kBool, nil
+}
+
+// testSequence is Jinja's: what has a length and items, so strings, dicts
+// and Undefined too.
+func testSequence(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+	switch kindOf(in) {
+	case kStr, kList, kDict, kUndefined:
+		return true, nil
+	}
+	return false, nil
+}
+
 // `x in y` is parsed by gonja as the test "in".
 func testIn(_ *exec.Context, in *exec.Value, va *exec.VarArgs) (bool, error) {
 	if len(va.Args) != 1 {
 		return false, fmt.Errorf("'in' needs a right-hand side")
 	}
-	if isUndefined(in) {
-		return false, fmt.Errorf("the left operand of 'in' is undefined")
-	}
+	// An Undefined left operand is a value like any other (equal to
+	// nothing, not a string), as in Jinja.
 	return contains(va.Args[0], in, "")
 }
 
@@ -1152,6 +1192,81 @@ func callScalarMethod(m methodFunc, obj *exec.Value, va *exec.VarArgs, name stri
 	return m(obj, va)
 }
 
+// pav:test(name, args…) is `in is name(args…)`, failing when in failed.
+// It calls the test itself, so that a test's error is the message (gonja
+// wraps it in two layers of its own).
+func filterTest(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	name := strArg(va, 0)
+	args := &exec.VarArgs{Args: va.Args[1:], KwArgs: va.KwArgs}
+	var ok bool
+	var err error
+	switch fn, _ := e.Environment.Tests.Get(name); fn := fn.(type) {
+	case func(*exec.Context, *exec.Value, *exec.VarArgs) (bool, error):
+		ok, err = fn(e.Environment.Context, in, args)
+	case func(*exec.Evaluator, *exec.Value, *exec.VarArgs) (bool, error):
+		ok, err = fn(e, in, args)
+	default:
+		return e.ExecuteTestByName(name, in, args)
+	}
+	if err != nil {
+		return stateOf(e).fail(err)
+	}
+	return exec.AsValue(ok)
+}
+
+// strFilter wraps a gonja string filter: Jinja's take str() of their input
+// (and replace of its first two arguments), where gonja's take its own
+// rendering of them (None is "").
+func strFilter(nArgs int, f exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value {
+		if in.IsError() {
+			return in
+		}
+		if kindOf(in) != kStr {
+			in = exec.AsValue(pyStr(in))
+		}
+		if nArgs > 0 {
+			args := slices.Clone(va.Args)
+			for i := 0; i < nArgs && i < len(args); i++ {
+				if kindOf(args[i]) != kStr && !args[i].IsError() {
+					args[i] = exec.AsValue(pyStr(args[i]))
+				}
+			}
+			va = &exec.VarArgs{Args: args, KwArgs: va.KwArgs}
+		}
+		return f(e, in, va)
+	}
+}
+
+// numericFilter wraps gonja's int, float and abs, which turn Undefined, True
+// (and abs anything) into 0: Jinja's int and float of Undefined fail (its
+// __int__ and __float__ raise), and so does Python's abs() of anything but a
+// number.
+func numericFilter(name string, f exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value {
+		if in.IsError() {
+			return in
+		}
+		st := stateOf(e)
+		switch k := kindOf(in); {
+		case k == kUndefined && name != "abs":
+			return st.fail(st.undefinedErr())
+		case k == kBool: // int(True), abs(True) are 1, float(True) 1.0; gonja's are 0
+			i, _ := toInt(in)
+			if name == "float" {
+				return exec.AsValue(float64(i))
+			}
+			return exec.AsValue(i)
+		case name == "abs" && k != kInt && k != kFloat:
+			return st.failf("bad operand type for abs(): '%s'", typeName(in))
+		}
+		return f(e, in, va)
+	}
+}
+
 // pav:forcond records an error raised by a for loop's filter condition (see
 // forControl) and stops the loop from using the item.
 func filterForCond(e *exec.Evaluator, in *exec.Value, _ *exec.VarArgs) *exec.Value {
@@ -1169,7 +1284,9 @@ var typeValuesList = reflect.TypeOf(exec.ValuesList{})
 // pav:plain turns list, tuple and dict literals into []any and maps, the
 // same shapes as context data. gonja's ValuesList and Dict have Go methods
 // (Swap, Keys, …) that gonja's own attribute lookup in filters such as
-// map(attribute=…) would expose.
+// map(attribute=…) would expose. It also fails with the first item that
+// failed: gonja keeps a failed item in the list (its dicts do fail), and
+// `[x.y, 1] | join` printed the error as "<object>".
 func filterPlain(e *exec.Evaluator, in *exec.Value, _ *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
@@ -1181,6 +1298,9 @@ func filterPlain(e *exec.Evaluator, in *exec.Value, _ *exec.VarArgs) *exec.Value
 		vl := rv.Interface().(exec.ValuesList)
 		out := make([]any, len(vl))
 		for i, v := range vl {
+			if v.IsError() {
+				return v
+			}
 			out[i] = v.Interface()
 		}
 		return exec.AsValue(out)

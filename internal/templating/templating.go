@@ -29,6 +29,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/loaders"
 	"github.com/nikolalohinski/gonja/v2/nodes"
 	"github.com/nikolalohinski/gonja/v2/parser"
+	"github.com/nikolalohinski/gonja/v2/tokens"
 	"k8s.io/utils/lru"
 )
 
@@ -403,7 +404,7 @@ func init() {
 		fVar: filterVar, fUndef: filterUndef, fGetattr: filterGetattr, fGetitem: filterGetitem,
 		fMethod: filterMethod, fCallable: filterCallable, fBinop: filterBinop, fNot: filterNot,
 		fNeg: filterUnary(true), fPos: filterUnary(false), fBool: filterBool,
-		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain,
+		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain, fBranch: filterBranch, fTest: filterTest,
 		"tobash": filterToBash, "tojson": filterToJSON, "default": filterDefault, "d": filterDefault,
 		"string": filterString, "reverse": filterReverse, "attr": filterAttr, "format": filterFormat,
 		"wordcount": filterWordcount, "center": filterCenter, "urlencode": filterURLEncode, "round": filterRound,
@@ -414,6 +415,8 @@ func init() {
 
 	for name, t := range map[string]exec.TestFunction{
 		"defined": testDefined, "undefined": testUndefined, "none": testNone, "in": testIn,
+		"odd": modTest(2, 1), "even": modTest(2, 0), "divisibleby": modTest(0, 0),
+		"number": testNumber, "sequence": testSequence,
 	} {
 		_ = tests.Replace(name, t)
 	}
@@ -439,6 +442,15 @@ func init() {
 		"truncate": maxStringBytes, "batch": maxRange, "slice": maxRange} {
 		f, _ := filters.Get(name)
 		set(name, guardSizes(name, limit, f))
+	}
+	for name, nArgs := range map[string]int{"upper": 0, "lower": 0, "capitalize": 0, "title": 0, "trim": 0,
+		"striptags": 0, "replace": 2} {
+		f, _ := filters.Get(name)
+		set(name, strFilter(nArgs, f))
+	}
+	for _, name := range []string{"int", "float", "abs"} {
+		f, _ := filters.Get(name)
+		set(name, numericFilter(name, f))
 	}
 
 	globals.Set("cycler", globalCycler)
@@ -575,12 +587,22 @@ func parse(src string) (tpl *exec.Template, err error) {
 	if err := checkNesting(src); err != nil {
 		return nil, err
 	}
-	env := &exec.Environment{Filters: filters, Tests: tests, ControlStructures: controls, Methods: noMethods, Context: globals}
-	tpl, err = exec.NewTemplate(rootID, renderConfig, sourceLoader{src}, env)
+	// gonja's parser reads pav's tokens (see condexpr.go), and the template
+	// gonja builds around an empty source gets the parsed tree: exec.Template
+	// has no constructor that takes tokens or a tree, and nothing but its
+	// root refers to what it parsed.
+	lexed := lexForConditionals(src)
+	root, err := parser.NewParser(rootID, tokens.NewStream(lexed.toks), renderConfig, sourceLoader{src}, controls).Parse()
 	if err != nil {
 		return nil, syntaxError(err)
 	}
-	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}}
+	env := &exec.Environment{Filters: filters, Tests: tests, ControlStructures: controls, Methods: noMethods, Context: globals}
+	tpl, err = exec.NewTemplate(rootID, renderConfig, sourceLoader{""}, env)
+	if err != nil {
+		return nil, syntaxError(err)
+	}
+	*tpl.Root() = *root
+	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}, groups: lexed.groups}
 	if err := rw.template(tpl.Root()); err != nil {
 		return nil, err
 	}

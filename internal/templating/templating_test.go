@@ -129,6 +129,17 @@ var evalCases = []struct {
 
 	// expressions
 	{"inline if", "{{ 'a' if t else 'b' }}{{ 'a' if abc else 'b' }}", "ab", ""},
+	{"inline if in parentheses", "{{ (a ~ (b if t else c)) }}", "23", ""},
+	{"inline if in arguments", "{{ [a if t else b, a if n else b] | join(',' if t) }}{{ range(b if t) | join }}", "2,3012", ""},
+	{"inline if in a literal and a subscript", "{{ {'k': 'v' if t}['k' if t else 'x'] }}", "v", ""},
+	{"inline if nested", "{{ 1 if n else 2 if n else 3 }}{{ 1 if 2 if n else 3 }}", "33", ""},
+	{"inline if is lazy", "{{ 1 if t else nosuch() }}{{ 1 / 0 if n else 2 }}", "12", ""},
+	{"inline if without else is undefined", "{{ (1 if n) is defined }}{{ (1 if n) | default('d') }}", "Falsed", ""},
+	{"inline if taken branch undefined", "{{ nosuch if t else 1 }}", nil, "'nosuch' is undefined"},
+	{"inline if in a macro default", "{% macro q(x=1 if n else 2) %}{{ x }}{% endmacro %}{{ q() }}", "2", ""},
+	{"inline if in set and for", "{% set v = 'x' if t %}{% for i in [1, 2] if i > 1 if t else true %}{{ v }}{{ i }}{% endfor %}", "x2", ""},
+	{"inline if else without if", "{{ (1 if t) else 2 }}", nil, "syntax error: unexpected 'else'"},
+	{"inline if in an if tag", "{% if 1 if t else 0 %}{% endif %}", nil, "syntax error"},
 	{"dict literal", "{{ {'k': a, 'l': [1, 'x']}['l'][1] }}{{ {'k': a}.k }}", "x2", ""},
 	{"dict literal tojson", "{{ {'b': 1, 'a': {'c': [true, none, 1.5]}} | tojson }}", `{"a": {"c": [true, null, 1.5]}, "b": 1}`, ""},
 	{"integer arithmetic", "{{ a + b * 4 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 2 ** -1 }}", "14 3 -4 2 1024 0.5", ""},

@@ -492,6 +492,15 @@ func binaryOp(op string, a, b *exec.Value, aText, bText string) (*exec.Value, er
 	case "!=":
 		return exec.AsValue(!equal(a, b)), nil
 	}
+	if op == "%" && kindOf(a) == kStr && isUndefined(b) {
+		// Undefined has __getitem__, so Python formats in mapping mode:
+		// 'x' % u is 'x', '%s' % u is '' (a number of it fails).
+		s, err := pyPercentFormat(resolved(a).String(), []*exec.Value{b}, true)
+		if err != nil {
+			return nil, err
+		}
+		return exec.AsValue(s), nil
+	}
 	if op != "~" { // Undefined concatenates as "", as in Jinja
 		if isUndefined(a) {
 			return nil, undefinedError(aText)
@@ -628,7 +637,9 @@ func binaryOp(op string, a, b *exec.Value, aText, bText string) (*exec.Value, er
 			} else {
 				args = []*exec.Value{b}
 			}
-			s, err := pyPercentFormat(resolved(a).String(), args)
+			// A dict right operand is Python's mapping mode: it need not
+			// be used (`'x' % {}` is 'x').
+			s, err := pyPercentFormat(resolved(a).String(), args, kb == kDict)
 			if err != nil {
 				return nil, err
 			}
@@ -652,6 +663,8 @@ func binaryOp(op string, a, b *exec.Value, aText, bText string) (*exec.Value, er
 			m := math.Mod(fa, fb)
 			if m != 0 && ((m < 0) != (fb < 0)) {
 				m += fb
+			} else if m == 0 {
+				m = math.Copysign(0, fb) // Python: 0.0 % -1 is -0.0
 			}
 			return exec.AsValue(m), nil
 		}
@@ -814,6 +827,9 @@ func contains(container, item *exec.Value, containerText string) (bool, error) {
 		}
 		return false, nil
 	case kDict:
+		if k := kindOf(item); k == kList || k == kDict {
+			return false, fmt.Errorf("unhashable type: '%s'", typeName(item))
+		}
 		_, ok := dictLookup(container, item)
 		return ok, nil
 	}
@@ -823,8 +839,9 @@ func contains(container, item *exec.Value, containerText string) (bool, error) {
 // pyPercentFormat implements Python's printf-style `str % args` (and the
 // format filter): %s %r %d %i %u %f %F %e %E %g %G %x %X %o %c %% with flags,
 // width and precision. gonja passes the string to Go's Sprintf, whose verbs
-// differ from Python's.
-func pyPercentFormat(format string, args []*exec.Value) (string, error) {
+// differ from Python's. mapping is Python's mapping mode (a dict right of %),
+// in which the argument need not be used; %(key)s is not implemented.
+func pyPercentFormat(format string, args []*exec.Value, mapping bool) (string, error) {
 	var b strings.Builder
 	next := 0
 	for i := 0; i < len(format); i++ {
@@ -869,14 +886,17 @@ func pyPercentFormat(format string, args []*exec.Value) (string, error) {
 		}
 		arg := args[next]
 		next++
-		if isUndefined(arg) {
+		if isUndefined(arg) && verb != 's' && verb != 'r' {
 			return "", fmt.Errorf("an undefined value cannot be formatted")
 		}
 		switch verb {
 		case 's', 'r':
-			s := pyStr(arg)
+			s := pyStr(arg) // str(Undefined) is ''
 			if verb == 'r' {
 				s = pyRepr(arg, 0)
+				if isUndefined(arg) {
+					s = "Undefined"
+				}
 			}
 			b.WriteString(fmt.Sprintf("%"+spec+"s", s))
 		case 'd', 'i', 'u', 'x', 'X', 'o':
@@ -921,7 +941,7 @@ func pyPercentFormat(format string, args []*exec.Value) (string, error) {
 			return "", errTooLarge
 		}
 	}
-	if next < len(args) {
+	if next < len(args) && !mapping {
 		return "", fmt.Errorf("not all arguments converted during string formatting")
 	}
 	return b.String(), nil
