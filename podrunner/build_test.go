@@ -56,6 +56,37 @@ func TestPodName(t *testing.T) {
 	}
 }
 
+// Every phase, however long its name, gives a valid pod name that reads
+// pav-<provisioner>-<phase, cut at 12 characters>-<hash>, distinct from
+// every other phase's for the same provisioner and volume: phases that share
+// their first 12 characters (groupsnapshotcreation, groupsnapshotdeletion)
+// differ by the hash, which covers the whole phase.
+func TestPodNameOfEveryPhase(t *testing.T) {
+	for _, prov := range []string{"hello", strings.Repeat("p", 63)} {
+		seen := map[string]v1alpha1.Phase{}
+		for _, ph := range v1alpha1.Phases {
+			name := podrunner.PodName(prov, ph, "pvc-1234")
+			if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+				t.Errorf("%s: %q is not a DNS label: %v", ph, name, errs)
+			}
+			cut := string(ph)
+			if len(cut) > 12 {
+				cut = cut[:12]
+			}
+			if !strings.Contains(name, "-"+cut+"-") {
+				t.Errorf("%s: %q does not name the phase (%s)", ph, name, cut)
+			}
+			if q, dup := seen[name]; dup {
+				t.Errorf("%s and %s collide on %q", q, ph, name)
+			}
+			seen[name] = ph
+			if errs := validation.IsValidLabelValue(string(ph)); len(errs) > 0 {
+				t.Errorf("%s is not a valid value of %s: %v", ph, podrunner.LabelPhase, errs)
+			}
+		}
+	}
+}
+
 func TestNodeLabel(t *testing.T) {
 	for _, node := range []string{"node-1", "worker.example.com", strings.Repeat("a", 63), strings.Repeat("a", 64),
 		strings.Repeat("sub.", 60) + "x", "-odd-"} {

@@ -14,7 +14,7 @@ import (
 const (
 	// LabelProvisioner holds the provisioner name; the informer selects on it.
 	LabelProvisioner = "pav.albertofaria.github.io/provisioner"
-	// LabelPhase holds the phase (validation|creation|deletion|staging|unstaging).
+	// LabelPhase holds the phase (v1alpha1.Phases: validation, creation, ...).
 	LabelPhase = "pav.albertofaria.github.io/phase"
 	// LabelVolume holds a label-safe hash of the operation's VolumeKey (see VolumeLabel).
 	LabelVolume = "pav.albertofaria.github.io/volume"
@@ -46,8 +46,10 @@ const (
 	// nameHashLen hex digits (64 bits) of the operation hash end every pod name.
 	nameHashLen = 16
 	// maxPhaseLen bounds the phase part of a name: PaV's phases fit (validation,
-	// unstaging); pav's longer ones (nodeexpansion, snapshotcreation) are cut, and
-	// the hash, which covers the whole phase, keeps their names apart.
+	// unstaging); pav's longer ones (nodeexpansion, snapshotcreation,
+	// groupsnapshotcreation and groupsnapshotdeletion, which share their first 12
+	// characters) are cut, and the hash, which covers the whole phase, keeps
+	// their names apart.
 	maxPhaseLen = 12
 	// maxTokenLen bounds Operation.Token (NewToken makes 32 hex digits).
 	maxTokenLen = 256

@@ -34,13 +34,19 @@ var (
 	GroupVersionKind     = SchemeGroupVersion.WithKind(Kind)
 )
 
-// ProvisioningMode is Dynamic or Static.
+// ProvisioningMode is Dynamic, Static or Ephemeral.
 type ProvisioningMode string
 
 const (
 	Dynamic ProvisioningMode = "Dynamic"
 	Static  ProvisioningMode = "Static"
+	// Ephemeral opts in to CSI ephemeral inline volumes: a pod names the
+	// volume (its volumeAttributes are the params), no claim.
+	Ephemeral ProvisioningMode = "Ephemeral"
 )
+
+// ProvisioningModes lists the provisioning modes, in the order docs give them.
+var ProvisioningModes = []ProvisioningMode{Dynamic, Static, Ephemeral}
 
 // Phase names one of the five templated subtrees of the spec.
 type Phase string
@@ -62,11 +68,27 @@ const (
 	// snapshot of a volume (CreateSnapshot, DeleteSnapshot).
 	PhaseSnapshotCreation Phase = "snapshotcreation"
 	PhaseSnapshotDeletion Phase = "snapshotdeletion"
+	// PhaseCapacity reports the free capacity of a topology segment
+	// (GetCapacity; storage capacity tracking).
+	PhaseCapacity Phase = "capacity"
+	// PhaseModification changes the mutable parameters of a volume
+	// (ControllerModifyVolume; VolumeAttributesClass).
+	PhaseModification Phase = "modification"
+	// PhaseGroupSnapshotCreation and PhaseGroupSnapshotDeletion make and
+	// remove a snapshot of several volumes at once (CreateVolumeGroupSnapshot,
+	// DeleteVolumeGroupSnapshot).
+	PhaseGroupSnapshotCreation Phase = "groupsnapshotcreation"
+	PhaseGroupSnapshotDeletion Phase = "groupsnapshotdeletion"
+	// PhaseSnapshotMetadata lists the allocated or changed blocks of
+	// snapshots (the SnapshotMetadata service; changed block tracking).
+	PhaseSnapshotMetadata Phase = "snapshotmetadata"
 )
 
 // Phases lists the phases in lifecycle order: PaV's five, then pav's own.
 var Phases = []Phase{PhaseValidation, PhaseCreation, PhaseDeletion, PhaseStaging, PhaseUnstaging,
-	PhaseExpansion, PhaseNodeExpansion, PhaseSnapshotCreation, PhaseSnapshotDeletion}
+	PhaseExpansion, PhaseNodeExpansion, PhaseSnapshotCreation, PhaseSnapshotDeletion,
+	PhaseCapacity, PhaseModification, PhaseGroupSnapshotCreation, PhaseGroupSnapshotDeletion,
+	PhaseSnapshotMetadata}
 
 // Field is the spec field that holds the phase ("volumeValidation", ...).
 func (p Phase) Field() string {
@@ -89,6 +111,16 @@ func (p Phase) Field() string {
 		return "snapshotCreation"
 	case PhaseSnapshotDeletion:
 		return "snapshotDeletion"
+	case PhaseCapacity:
+		return "storageCapacity"
+	case PhaseModification:
+		return "volumeModification"
+	case PhaseGroupSnapshotCreation:
+		return "groupSnapshotCreation"
+	case PhaseGroupSnapshotDeletion:
+		return "groupSnapshotDeletion"
+	case PhaseSnapshotMetadata:
+		return "snapshotMetadata"
 	}
 	return ""
 }
@@ -129,6 +161,28 @@ type PavProvisionerSpec struct {
 	// Topology makes volumes topology-aware: never templated, since the node
 	// plugin reports it before any volume exists.
 	Topology *Topology `json:"topology,omitempty"`
+
+	// MaxVolumesPerNode is the most volumes of this provisioner a node takes
+	// (NodeGetInfo's max_volumes_per_node; the scheduler stops there). A
+	// literal integer >= 1, never a template; nil: no limit.
+	MaxVolumesPerNode *int64 `json:"maxVolumesPerNode,omitempty"`
+	// StorageCapacity reports the free capacity of each topology segment
+	// (GetCapacity, CSIStorageCapacity objects). Its refreshInterval is a
+	// literal; its podTemplate is required.
+	StorageCapacity *Value `json:"storageCapacity,omitempty"`
+	// VolumeModification changes the mutable parameters of volumes, which a
+	// VolumeAttributesClass sets (ControllerModifyVolume, CreateVolume's
+	// mutable_parameters); Dynamic only. Its mutableParameters is a literal.
+	VolumeModification *Value `json:"volumeModification,omitempty"`
+	// GroupSnapshotCreation and GroupSnapshotDeletion make and remove
+	// snapshots of several volumes at once (the GroupController service);
+	// Dynamic only, with SnapshotCreation. Without their pod templates, each
+	// member's snapshot pod runs.
+	GroupSnapshotCreation *Value `json:"groupSnapshotCreation,omitempty"`
+	GroupSnapshotDeletion *Value `json:"groupSnapshotDeletion,omitempty"`
+	// SnapshotMetadata lists the allocated or changed blocks of snapshots
+	// (the SnapshotMetadata service); needs SnapshotCreation.
+	SnapshotMetadata *Value `json:"snapshotMetadata,omitempty"`
 }
 
 // Topology names the node labels that make up a node's topology segment
@@ -159,6 +213,16 @@ func (s *PavProvisionerSpec) Phase(p Phase) *Value {
 		return s.SnapshotCreation
 	case PhaseSnapshotDeletion:
 		return s.SnapshotDeletion
+	case PhaseCapacity:
+		return s.StorageCapacity
+	case PhaseModification:
+		return s.VolumeModification
+	case PhaseGroupSnapshotCreation:
+		return s.GroupSnapshotCreation
+	case PhaseGroupSnapshotDeletion:
+		return s.GroupSnapshotDeletion
+	case PhaseSnapshotMetadata:
+		return s.SnapshotMetadata
 	}
 	return nil
 }
