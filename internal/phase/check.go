@@ -2,6 +2,7 @@ package phase
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -46,12 +47,12 @@ func Check(p *v1alpha1.PavProvisioner) error {
 		return err
 	}
 	if len(p.Spec.ProvisioningModes) == 0 {
-		return fieldErr("spec.provisioningModes", "must list Dynamic, Static or both")
+		return fieldErr("spec.provisioningModes", "must list at least one of Dynamic, Static, Ephemeral")
 	}
 	seen := map[v1alpha1.ProvisioningMode]bool{}
 	for i, m := range p.Spec.ProvisioningModes {
-		if m != v1alpha1.Dynamic && m != v1alpha1.Static {
-			return fieldErr(fmt.Sprintf("spec.provisioningModes[%d]", i), "must be Dynamic or Static, got %q", m)
+		if !slices.Contains(v1alpha1.ProvisioningModes, m) {
+			return fieldErr(fmt.Sprintf("spec.provisioningModes[%d]", i), "must be Dynamic, Static or Ephemeral, got %q", m)
 		}
 		if seen[m] {
 			return fieldErr(fmt.Sprintf("spec.provisioningModes[%d]", i), "%q is listed twice", m)
@@ -59,7 +60,19 @@ func Check(p *v1alpha1.PavProvisioner) error {
 		seen[m] = true
 	}
 	dynamic := p.Spec.HasMode(v1alpha1.Dynamic)
-	for _, ph := range []v1alpha1.Phase{v1alpha1.PhaseCreation, v1alpha1.PhaseDeletion, v1alpha1.PhaseSnapshotCreation, v1alpha1.PhaseSnapshotDeletion} {
+	// Inline volumes (Ephemeral) are created and deleted too.
+	if !dynamic && !p.Spec.HasMode(v1alpha1.Ephemeral) {
+		for _, ph := range []v1alpha1.Phase{v1alpha1.PhaseCreation, v1alpha1.PhaseDeletion} {
+			if v := p.Spec.Phase(ph); v != nil && v.Data != nil {
+				return fieldErr("spec."+ph.Field(), "is only allowed when spec.provisioningModes contains Dynamic or Ephemeral")
+			}
+		}
+	}
+	// Snapshots, modifications and capacity concern dynamically provisioned
+	// volumes only (static ones have no record; capacity is asked for
+	// volumes yet to be created).
+	for _, ph := range []v1alpha1.Phase{v1alpha1.PhaseSnapshotCreation, v1alpha1.PhaseSnapshotDeletion,
+		v1alpha1.PhaseGroupSnapshotCreation, v1alpha1.PhaseGroupSnapshotDeletion, v1alpha1.PhaseModification, v1alpha1.PhaseCapacity} {
 		if v := p.Spec.Phase(ph); v != nil && v.Data != nil && !dynamic {
 			return fieldErr("spec."+ph.Field(), "is only allowed when spec.provisioningModes contains Dynamic")
 		}
@@ -103,6 +116,10 @@ func checkLiteral(ph v1alpha1.Phase, data any, path string, dynamic bool) error 
 			_, err = decodeExpansion(m, true)
 		case v1alpha1.PhaseSnapshotCreation:
 			_, err = decodeSnapshot(m, true)
+		case v1alpha1.PhaseCapacity:
+			_, err = decodeCapacity(m, true)
+		case v1alpha1.PhaseModification:
+			_, err = decodeModification(m, true)
 		default:
 			_, err = decodePodPhase(m, path, requiredPodTemplate(ph), true)
 		}

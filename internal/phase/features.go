@@ -2,7 +2,10 @@ package phase
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -28,7 +31,45 @@ type Features struct {
 	ContentSources []string
 	// TopologyKeys: spec.topology.nodeLabels (VOLUME_ACCESSIBILITY_CONSTRAINTS).
 	TopologyKeys []string
+	// MaxVolumesPerNode: spec.maxVolumesPerNode (NodeGetInfo's
+	// max_volumes_per_node); 0: no limit.
+	MaxVolumesPerNode int64
+	// Capacity: spec.storageCapacity is set (GET_CAPACITY; the CSIDriver's
+	// storageCapacity, external-provisioner --enable-capacity);
+	// CapacityRefresh its refreshInterval (DefaultCapacityRefresh if unset).
+	Capacity        bool
+	CapacityRefresh time.Duration
+	// Modification: spec.volumeModification is set (MODIFY_VOLUME);
+	// MutableParameters its mutableParameters, the parameter keys a
+	// VolumeAttributesClass may set (never empty then).
+	Modification      bool
+	MutableParameters []string
+	// GroupSnapshots: spec.groupSnapshotCreation is set (the GroupController
+	// service, CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT).
+	GroupSnapshots bool
+	// SnapshotMetadata: spec.snapshotMetadata is set (the SnapshotMetadata
+	// service: allocated and changed blocks of snapshots).
+	SnapshotMetadata bool
+	// Ephemeral: spec.provisioningModes contains Ephemeral (the CSIDriver's
+	// volumeLifecycleModes gain Ephemeral, podInfoOnMount).
+	Ephemeral bool
 }
+
+const (
+	// DefaultCapacityRefresh is storageCapacity.refreshInterval's default.
+	DefaultCapacityRefresh = time.Minute
+	// MinCapacityRefresh is the shortest refreshInterval: each refresh runs a
+	// capacity pod per segment that was asked for.
+	MinCapacityRefresh = 10 * time.Second
+	// MaxMutableParameters and MaxParameterKeyLen bound
+	// volumeModification.mutableParameters (the CRD says the same).
+	MaxMutableParameters = 64
+	MaxParameterKeyLen   = 253
+	// ReservedParameterPrefix starts the parameter keys that Kubernetes and the
+	// CSI sidecars keep for themselves (csi.storage.k8s.io/fstype, the secret
+	// keys, ...): never a provisioner's own parameter.
+	ReservedParameterPrefix = "csi.storage.k8s.io/"
+)
 
 // Clones reports whether volumes may be created from other volumes.
 func (f Features) Clones() bool { return slices.Contains(f.ContentSources, SourceVolume) }
@@ -88,7 +129,125 @@ func FeaturesOf(s *v1alpha1.PavProvisionerSpec) (Features, error) {
 		}
 		f.TopologyKeys = slices.Clone(t.NodeLabels)
 	}
+	if n := s.MaxVolumesPerNode; n != nil {
+		// CSINode's allocatable count, where kubelet puts it, is an int32.
+		if *n < 1 || *n > math.MaxInt32 {
+			return f, fieldErr("spec.maxVolumesPerNode", "must be an integer from 1 to %d (the most volumes of this provisioner one node takes), got %d; omit it for no limit", math.MaxInt32, *n)
+		}
+		f.MaxVolumesPerNode = *n
+	}
+	if present(s.StorageCapacity) {
+		f.Capacity, f.CapacityRefresh = true, DefaultCapacityRefresh
+		// A whole-phase template cannot say refreshInterval (evaluation
+		// refuses it there): the default holds.
+		if m, ok := templating.Normalize(s.StorageCapacity.Data).(map[string]any); ok {
+			if m["refreshInterval"] != nil {
+				d, err := refreshInterval(m["refreshInterval"], "spec.storageCapacity.refreshInterval")
+				if err != nil {
+					return f, err
+				}
+				f.CapacityRefresh = d
+			}
+			if m["podTemplate"] == nil {
+				return f, fieldErr("spec.storageCapacity.podTemplate", "is required: the capacity pod reports the free capacity of a segment by writing /pav/capacity")
+			}
+		}
+	}
+	if present(s.VolumeModification) {
+		const path = "spec.volumeModification"
+		data := templating.Normalize(s.VolumeModification.Data)
+		m, ok := data.(map[string]any)
+		if !ok {
+			what := "a " + typeName(data)
+			if isTemplate(data) {
+				what = "a template string"
+			}
+			return f, fieldErr(path, "must be an object, not %s: its mutableParameters is a literal list, advertised before any volume exists (a template may stand for its podTemplate instead)", what)
+		}
+		keys, err := mutableParameters(m["mutableParameters"], path+".mutableParameters")
+		if err != nil {
+			return f, err
+		}
+		f.Modification, f.MutableParameters = true, keys
+	}
+	f.GroupSnapshots = present(s.GroupSnapshotCreation)
+	if f.GroupSnapshots && !f.Snapshots {
+		return f, fieldErr("spec.groupSnapshotCreation", "needs spec.snapshotCreation: a group snapshot is made of ordinary snapshots (and, without its own podTemplate, by each member's snapshotCreation pod)")
+	}
+	if present(s.GroupSnapshotDeletion) && !f.GroupSnapshots {
+		return f, fieldErr("spec.groupSnapshotDeletion", "needs spec.groupSnapshotCreation: there are no group snapshots to delete without it")
+	}
+	f.SnapshotMetadata = present(s.SnapshotMetadata)
+	if f.SnapshotMetadata && !f.Snapshots {
+		return f, fieldErr("spec.snapshotMetadata", "needs spec.snapshotCreation: it lists the blocks of snapshots, and there are none without it")
+	}
+	f.Ephemeral = s.HasMode(v1alpha1.Ephemeral)
 	return f, nil
+}
+
+// refreshInterval checks storageCapacity.refreshInterval: a literal Go
+// duration of at least MinCapacityRefresh.
+func refreshInterval(v any, path string) (time.Duration, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fieldErr(path, "must be a Go duration such as 30s, 1m or 1h30m, got %s", typeName(v))
+	}
+	if isTemplate(s) {
+		return 0, fieldErr(path, "must be a literal Go duration such as 30s, 1m or 1h30m, not a template: external-provisioner polls with it (--capacity-poll-interval) before any volume exists")
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fieldErr(path, "%q is not a Go duration: write a number and a unit, such as 30s, 1m or 1h30m", s)
+	}
+	if d < MinCapacityRefresh {
+		return 0, fieldErr(path, "must be at least %s (each refresh runs a capacity pod per topology segment), got %q", MinCapacityRefresh, s)
+	}
+	return d, nil
+}
+
+// mutableParameters checks volumeModification.mutableParameters: a literal,
+// non-empty list of distinct parameter keys. Kubernetes takes any non-empty
+// string as a VolumeAttributesClass parameter key, except that the keys
+// starting with csi.storage.k8s.io/ are reserved; a key that is a template
+// string is refused too, since the list is never evaluated.
+func mutableParameters(v any, path string) ([]string, error) {
+	if v == nil {
+		return nil, fieldErr(path, "is required: list the parameter keys a VolumeAttributesClass may set (e.g. [iops, throughput])")
+	}
+	if isTemplate(v) {
+		return nil, fieldErr(path, "must be a literal list, not a template: it is advertised (MODIFY_VOLUME) before any volume exists")
+	}
+	l, ok := v.([]any)
+	if !ok {
+		return nil, fieldErr(path, "must be a list of parameter keys, got %s", typeName(v))
+	}
+	if len(l) == 0 {
+		return nil, fieldErr(path, "must not be empty: list the parameter keys a VolumeAttributesClass may set, or remove spec.volumeModification")
+	}
+	if len(l) > MaxMutableParameters {
+		return nil, fieldErr(path, "must list at most %d keys, got %d", MaxMutableParameters, len(l))
+	}
+	keys := make([]string, 0, len(l))
+	for i, x := range l {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		k, ok := x.(string)
+		switch {
+		case !ok:
+			return nil, fieldErr(at, "must be a string (a parameter key), got %s", typeName(x))
+		case k == "":
+			return nil, fieldErr(at, "must not be empty: Kubernetes refuses empty VolumeAttributesClass parameter keys")
+		case len(k) > MaxParameterKeyLen:
+			return nil, fieldErr(at, "must be at most %d characters, got %d", MaxParameterKeyLen, len(k))
+		case strings.HasPrefix(k, ReservedParameterPrefix):
+			return nil, fieldErr(at, "%q starts with %s, which Kubernetes and the CSI sidecars reserve for their own keys: rename the parameter", k, ReservedParameterPrefix)
+		case isTemplate(k):
+			return nil, fieldErr(at, "%q must be a literal parameter key, not a template", k)
+		case slices.Contains(keys, k):
+			return nil, fieldErr(at, "%q is listed twice", k)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 // TopologySegments checks an evaluated list of topology segments (each a map

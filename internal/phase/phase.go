@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	sigsjson "sigs.k8s.io/json"
@@ -60,6 +61,25 @@ type SnapshotConfig struct {
 	PodTemplate *corev1.PodTemplateSpec
 }
 
+// CapacityConfig is an evaluated spec.storageCapacity.
+type CapacityConfig struct {
+	// RefreshInterval is how often a segment's report is refreshed while it
+	// is asked for (a literal; DefaultCapacityRefresh when unset).
+	RefreshInterval time.Duration
+	// PodTemplate is the capacity pod, which writes /pav/capacity; never nil.
+	PodTemplate *corev1.PodTemplateSpec
+}
+
+// ModificationConfig is an evaluated spec.volumeModification.
+type ModificationConfig struct {
+	// MutableParameters are the parameter keys a VolumeAttributesClass may
+	// set (a literal, non-empty list of distinct keys).
+	MutableParameters []string
+	// PodTemplate changes a live volume; nil: the new parameters are only
+	// recorded (later phases see them).
+	PodTemplate *corev1.PodTemplateSpec
+}
+
 // Fields a phase object may hold, by phase.
 var phaseFields = map[v1alpha1.Phase][]string{
 	v1alpha1.PhaseValidation:       {"volumeModes", "accessModes", "minCapacity", "maxCapacity", "podTemplate"},
@@ -71,15 +91,27 @@ var phaseFields = map[v1alpha1.Phase][]string{
 	v1alpha1.PhaseNodeExpansion:    {"podTemplate"},
 	v1alpha1.PhaseSnapshotCreation: {"handle", "podTemplate"},
 	v1alpha1.PhaseSnapshotDeletion: {"podTemplate"},
+
+	v1alpha1.PhaseCapacity:              {"refreshInterval", "podTemplate"},
+	v1alpha1.PhaseModification:          {"mutableParameters", "podTemplate"},
+	v1alpha1.PhaseGroupSnapshotCreation: {"podTemplate"},
+	v1alpha1.PhaseGroupSnapshotDeletion: {"podTemplate"},
+	v1alpha1.PhaseSnapshotMetadata:      {"podTemplate"},
 }
 
 // requiredPodTemplate: phases whose object must hold a podTemplate.
 func requiredPodTemplate(ph v1alpha1.Phase) bool {
-	return ph == v1alpha1.PhaseStaging || ph == v1alpha1.PhaseNodeExpansion
+	switch ph {
+	case v1alpha1.PhaseStaging, v1alpha1.PhaseNodeExpansion, v1alpha1.PhaseCapacity, v1alpha1.PhaseSnapshotMetadata:
+		return true
+	}
+	return false
 }
 
-// PodConfig is an evaluated spec.volumeDeletion, spec.volumeStaging or
-// spec.volumeUnstaging: each holds only a pod template.
+// PodConfig is an evaluated phase that holds only a pod template:
+// spec.volumeDeletion, volumeStaging, volumeUnstaging, volumeNodeExpansion,
+// snapshotDeletion, groupSnapshotCreation, groupSnapshotDeletion,
+// snapshotMetadata.
 type PodConfig struct {
 	PodTemplate *corev1.PodTemplateSpec
 }
@@ -372,6 +404,99 @@ func decodeSnapshot(m map[string]any, literalOnly bool) (*SnapshotConfig, error)
 // SnapshotDeletion evaluates spec.snapshotDeletion with a snapshot deletion context.
 func (e *Evaluator) SnapshotDeletion(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*PodConfig, error) {
 	return e.podPhase(ctx, p, v1alpha1.PhaseSnapshotDeletion, vars, false)
+}
+
+// Capacity evaluates spec.storageCapacity with a capacity context; nil when
+// the provisioner reports no capacity.
+func (e *Evaluator) Capacity(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*CapacityConfig, error) {
+	raw := p.Spec.StorageCapacity
+	if raw == nil || raw.Data == nil {
+		return nil, nil
+	}
+	m, err := e.tree(ctx, p, v1alpha1.PhaseCapacity, vars, phaseFields[v1alpha1.PhaseCapacity]...)
+	if err != nil {
+		return nil, err
+	}
+	// external-provisioner polls with the literal refreshInterval
+	// (FeaturesOf): one a template made would differ from it.
+	if isTemplate(templating.Normalize(raw.Data)) && m["refreshInterval"] != nil {
+		return nil, fieldErr("spec.storageCapacity.refreshInterval", "must be written in a literal spec.storageCapacity object, not made by a template: it is used before any volume exists (let a template stand for the podTemplate instead)")
+	}
+	return decodeCapacity(m, false)
+}
+
+func decodeCapacity(m map[string]any, literalOnly bool) (*CapacityConfig, error) {
+	const path = "spec.storageCapacity"
+	c := &CapacityConfig{RefreshInterval: DefaultCapacityRefresh}
+	if m["refreshInterval"] != nil {
+		d, err := refreshInterval(m["refreshInterval"], path+".refreshInterval")
+		if err != nil {
+			return nil, err
+		}
+		c.RefreshInterval = d
+	}
+	pc, err := decodePodPhase(m, path, true, literalOnly)
+	if err != nil {
+		return nil, err
+	}
+	c.PodTemplate = pc.PodTemplate
+	return c, nil
+}
+
+// Modification evaluates spec.volumeModification with a modification
+// context; nil when volumes have no mutable parameters.
+func (e *Evaluator) Modification(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*ModificationConfig, error) {
+	if raw := p.Spec.VolumeModification; raw == nil || raw.Data == nil {
+		return nil, nil
+	}
+	m, err := e.tree(ctx, p, v1alpha1.PhaseModification, vars, phaseFields[v1alpha1.PhaseModification]...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeModification(m, false)
+}
+
+func decodeModification(m map[string]any, literalOnly bool) (*ModificationConfig, error) {
+	const path = "spec.volumeModification"
+	keys, err := mutableParameters(m["mutableParameters"], path+".mutableParameters")
+	if err != nil {
+		return nil, err
+	}
+	pc, err := decodePodPhase(m, path, false, literalOnly)
+	if err != nil {
+		return nil, err
+	}
+	return &ModificationConfig{MutableParameters: keys, PodTemplate: pc.PodTemplate}, nil
+}
+
+// GroupSnapshotCreation evaluates spec.groupSnapshotCreation with a group
+// snapshot context; nil when the provisioner takes no group snapshots. A
+// config without a PodTemplate means: each member's snapshotCreation pod.
+func (e *Evaluator) GroupSnapshotCreation(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*PodConfig, error) {
+	if raw := p.Spec.GroupSnapshotCreation; raw == nil || raw.Data == nil {
+		return nil, nil
+	}
+	return e.podPhase(ctx, p, v1alpha1.PhaseGroupSnapshotCreation, vars, false)
+}
+
+// GroupSnapshotDeletion evaluates spec.groupSnapshotDeletion with a group
+// snapshot deletion context; nil when absent. Absent, or without a
+// PodTemplate: each member's snapshotDeletion pod.
+func (e *Evaluator) GroupSnapshotDeletion(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*PodConfig, error) {
+	if raw := p.Spec.GroupSnapshotDeletion; raw == nil || raw.Data == nil {
+		return nil, nil
+	}
+	return e.podPhase(ctx, p, v1alpha1.PhaseGroupSnapshotDeletion, vars, false)
+}
+
+// SnapshotMetadata evaluates spec.snapshotMetadata with a snapshot metadata
+// context; nil when the provisioner lists no blocks. Its pod template is
+// mandatory.
+func (e *Evaluator) SnapshotMetadata(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*PodConfig, error) {
+	if raw := p.Spec.SnapshotMetadata; raw == nil || raw.Data == nil {
+		return nil, nil
+	}
+	return e.podPhase(ctx, p, v1alpha1.PhaseSnapshotMetadata, vars, true)
 }
 
 // Deletion evaluates spec.volumeDeletion with a deletion context.

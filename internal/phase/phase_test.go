@@ -40,7 +40,7 @@ func TestCheck(t *testing.T) {
 		{name: "name with a trailing dash", pname: "abc-", spec: "  provisioningModes: [Static]\n" + staging, wantErr: "must be a DNS label"},
 		{name: "name with a dot", pname: "a.b", spec: "  provisioningModes: [Static]\n" + staging, wantErr: "must be a DNS label"},
 		{name: "no modes", spec: "  provisioningModes: []\n" + staging, wantErr: "spec.provisioningModes: must list"},
-		{name: "unknown mode", spec: "  provisioningModes: [Sometimes]\n" + staging, wantErr: "spec.provisioningModes[0]: must be Dynamic or Static"},
+		{name: "unknown mode", spec: "  provisioningModes: [Sometimes]\n" + staging, wantErr: "spec.provisioningModes[0]: must be Dynamic, Static or Ephemeral"},
 		{name: "duplicate mode", spec: "  provisioningModes: [Static, Static]\n" + staging, wantErr: "listed twice"},
 		{name: "no staging", spec: "  provisioningModes: [Static]\n", wantErr: "spec.volumeStaging: is required"},
 		{name: "staging without pod", spec: "  provisioningModes: [Static]\n  volumeStaging: {}\n", wantErr: "spec.volumeStaging.podTemplate: is required"},
