@@ -2,6 +2,7 @@ package manager
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -47,8 +48,10 @@ func features(p *v1alpha1.PavProvisioner) phase.Features {
 const AnnotationFeatures = v1alpha1.GroupName + "/features"
 
 // featureSummary is a stable, readable form of f, e.g.
-// "expansion=online,nodeexpansion,snapshots,sources=Snapshot+Volume,topology=kubernetes.io/hostname";
-// "none" without any.
+// "expansion=online,nodeexpansion,snapshots,sources=Snapshot+Volume,topology=kubernetes.io/hostname,
+// capacity=1m0s,modification=iops+readAheadKiB,groupsnapshots,snapshotmetadata,maxvolumes=32,ephemeral";
+// "none" without any. A feature a spec lacks adds nothing, so that the
+// summary of an older spec, and its drivers, stay as they were.
 func featureSummary(f phase.Features) string {
 	var parts []string
 	if f.Expansion {
@@ -72,8 +75,37 @@ func featureSummary(f phase.Features) string {
 	if len(f.TopologyKeys) > 0 {
 		parts = append(parts, "topology="+strings.Join(f.TopologyKeys, "+"))
 	}
+	if f.Capacity {
+		parts = append(parts, "capacity="+f.CapacityRefresh.String())
+	}
+	if f.Modification {
+		// Sorted: the order of the list changes nothing. A parameter key
+		// may hold any character; escaping the separators keeps two
+		// different sets apart.
+		keys := make([]string, len(f.MutableParameters))
+		for i, k := range f.MutableParameters {
+			keys[i] = summaryEscaper.Replace(k)
+		}
+		slices.Sort(keys)
+		parts = append(parts, "modification="+strings.Join(keys, "+"))
+	}
+	if f.GroupSnapshots {
+		parts = append(parts, "groupsnapshots")
+	}
+	if f.SnapshotMetadata {
+		parts = append(parts, "snapshotmetadata")
+	}
+	if f.MaxVolumesPerNode > 0 {
+		parts = append(parts, "maxvolumes="+strconv.FormatInt(f.MaxVolumesPerNode, 10))
+	}
+	if f.Ephemeral {
+		parts = append(parts, "ephemeral")
+	}
 	if len(parts) == 0 {
 		return "none"
 	}
 	return strings.Join(parts, ",")
 }
+
+// summaryEscaper escapes the separators of featureSummary in a value.
+var summaryEscaper = strings.NewReplacer("%", "%25", "+", "%2B", ",", "%2C")

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/internal/phase"
 )
 
 // Phases that bring a sidecar along (see sidecars).
@@ -176,5 +177,48 @@ func TestPhaseEditUpdatesStatefulSet(t *testing.T) {
 			t.Errorf("%s: features annotations %q (controller), %q (node), want %q", step.name, c, n, step.features)
 		}
 		wantWrites(t, f, step.wantWrites...)
+	}
+}
+
+// The features annotation names every feature a spec has (so that an edit
+// that adds, removes or changes one rolls the drivers) and nothing for the
+// ones it lacks (so that an upgrade leaves older specs' drivers alone).
+func TestFeatureSummary(t *testing.T) {
+	const pod = "{spec: {containers: [{name: c, image: b}]}}"
+	for _, tc := range []struct {
+		name   string
+		phases []string
+		want   string
+	}{
+		{"none", nil, "none"},
+		{"expansion and snapshots", []string{phaseExpansion, phaseSnapshots}, "expansion=online,snapshots"},
+		{"maxVolumesPerNode", []string{"maxVolumesPerNode: 32\n"}, "maxvolumes=32"},
+		{"capacity, default refresh", []string{"storageCapacity: {podTemplate: " + pod + "}\n"}, "capacity=1m0s"},
+		{"capacity refresh", []string{"storageCapacity: {refreshInterval: 90s, podTemplate: " + pod + "}\n"}, "capacity=1m30s"},
+		{"modification", []string{"volumeModification: {mutableParameters: [readAheadKiB]}\n"}, "modification=readAheadKiB"},
+		{"modification keys sorted", []string{"volumeModification: {mutableParameters: [tier, iops, example.com/qos]}\n"}, "modification=example.com/qos+iops+tier"},
+		{"modification keys escaped", []string{"volumeModification: {mutableParameters: [\"a+b\", \"c,d\", \"e%f\"]}\n"}, "modification=a%2Bb+c%2Cd+e%25f"},
+		{"group snapshots", []string{phaseSnapshots, "groupSnapshotCreation: {}\ngroupSnapshotDeletion: {}\n"}, "snapshots,groupsnapshots"},
+		{"snapshot metadata", []string{phaseSnapshots, "snapshotMetadata: {podTemplate: " + pod + "}\n"}, "snapshots,snapshotmetadata"},
+		{"ephemeral", []string{"provisioningModes: [Dynamic, Static, Ephemeral]\n"}, "ephemeral"},
+		{"everything", []string{phaseExpansion, phaseSnapshots, "volumeNodeExpansion: {podTemplate: " + pod + "}\n",
+			"volumeCreation: {capacity: 1Gi, contentSources: [Volume, Snapshot]}\ntopology: {nodeLabels: [kubernetes.io/hostname]}\n",
+			"maxVolumesPerNode: 2\nstorageCapacity: {refreshInterval: 10s, podTemplate: " + pod + "}\nvolumeModification: {mutableParameters: [iops]}\n",
+			"groupSnapshotCreation: {}\nsnapshotMetadata: {podTemplate: " + pod + "}\nprovisioningModes: [Ephemeral, Dynamic]\n"},
+			"expansion=online,nodeexpansion,snapshots,sources=Snapshot+Volume,topology=kubernetes.io/hostname," +
+				"capacity=10s,modification=iops,groupsnapshots,snapshotmetadata,maxvolumes=2,ephemeral"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := typed(t, provisionerWithPhases("p1", "uid-1", 1, tc.phases...))
+			if got := featureSummary(features(p)); got != tc.want {
+				t.Errorf("featureSummary = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	// Two different key sets never share a summary.
+	a := featureSummary(phase.Features{Modification: true, MutableParameters: []string{"a+b"}})
+	b := featureSummary(phase.Features{Modification: true, MutableParameters: []string{"a", "b"}})
+	if a == b {
+		t.Errorf("[a+b] and [a, b] both summarize as %q", a)
 	}
 }
