@@ -2,7 +2,9 @@ package phase
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -105,6 +107,15 @@ func Check(p *v1alpha1.PavProvisioner) error {
 }
 
 func checkLiteral(ph v1alpha1.Phase, data any, path string, dynamic bool) error {
+	// The CRD types volumeModification (it is never a template), so the API
+	// server names an unknown field of it by its own path; so does this.
+	if m, ok := data.(map[string]any); ok && ph == v1alpha1.PhaseModification {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if !slices.Contains(phaseFields[ph], k) {
+				return fieldErr(path+"."+k, "unknown field (%s may only hold %s)", ph.Field(), strings.Join(phaseFields[ph], ", "))
+			}
+		}
+	}
 	m, err := asObject(data, path, phaseFields[ph])
 	if err == nil {
 		switch ph {

@@ -3,6 +3,7 @@ package phase
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -185,6 +186,14 @@ func FeaturesOf(s *v1alpha1.PavProvisionerSpec) (Features, error) {
 	return f, nil
 }
 
+// The form of a refreshInterval the API server admits (the CRD's maxLength,
+// the policy's pattern): Go durations, bounded so that none overflows (at
+// most 2000007h; Go's durations end at 2562047h), which the policy's CEL
+// duration() would fail on.
+const maxRefreshIntervalLen = 16
+
+var refreshIntervalPattern = regexp.MustCompile(`^(([0-9]{1,6}(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
 // refreshInterval checks storageCapacity.refreshInterval: a literal Go
 // duration of at least MinCapacityRefresh.
 func refreshInterval(v any, path string) (time.Duration, error) {
@@ -195,9 +204,15 @@ func refreshInterval(v any, path string) (time.Duration, error) {
 	if isTemplate(s) {
 		return 0, fieldErr(path, "must be a literal Go duration such as 30s, 1m or 1h30m, not a template: external-provisioner polls with it (--capacity-poll-interval) before any volume exists")
 	}
+	if len(s) > maxRefreshIntervalLen {
+		return 0, fieldErr(path, "must be at most %d characters, got %q: write it with larger units, such as 1h30m", maxRefreshIntervalLen, s)
+	}
+	if !refreshIntervalPattern.MatchString(s) {
+		return 0, fieldErr(path, "%q is not a Go duration with at most 6 digits before each unit: write numbers and units (h, m, s, ms, us, ns), such as 30s, 1m or 1h30m", s)
+	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fieldErr(path, "%q is not a Go duration: write a number and a unit, such as 30s, 1m or 1h30m", s)
+		return 0, fieldErr(path, "%q is not a Go duration: write numbers and units (h, m, s, ms, us, ns), such as 30s, 1m or 1h30m", s)
 	}
 	if d < MinCapacityRefresh {
 		return 0, fieldErr(path, "must be at least %s (each refresh runs a capacity pod per topology segment), got %q", MinCapacityRefresh, s)

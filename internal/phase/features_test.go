@@ -49,7 +49,12 @@ func TestFeaturesOfIssue35(t *testing.T) {
 			return f.Capacity && f.CapacityRefresh == time.Minute
 		}},
 		{name: "capacity refresh too short", spec: dynamicSpec + "  storageCapacity: {refreshInterval: 9s, podTemplate: " + pod + "}\n", wantErr: "spec.storageCapacity.refreshInterval: must be at least 10s"},
-		{name: "capacity refresh not a duration", spec: dynamicSpec + "  storageCapacity: {refreshInterval: 1 minute, podTemplate: " + pod + "}\n", wantErr: "spec.storageCapacity.refreshInterval: \"1 minute\" is not a Go duration: write a number and a unit"},
+		{name: "capacity refresh not a duration", spec: dynamicSpec + "  storageCapacity: {refreshInterval: 1 minute, podTemplate: " + pod + "}\n", wantErr: "spec.storageCapacity.refreshInterval: \"1 minute\" is not a Go duration with at most 6 digits before each unit: write numbers and units (h, m, s, ms, us, ns), such as 30s, 1m or 1h30m"},
+		{name: "capacity refresh with 7 digits", spec: dynamicSpec + "  storageCapacity: {refreshInterval: 1000000s, podTemplate: " + pod + "}\n", wantErr: "spec.storageCapacity.refreshInterval: \"1000000s\" is not a Go duration with at most 6 digits before each unit"},
+		{name: "capacity refresh too long", spec: dynamicSpec + "  storageCapacity: {refreshInterval: 999999h999999h99h, podTemplate: " + pod + "}\n", wantErr: "spec.storageCapacity.refreshInterval: must be at most 16 characters, got \"999999h999999h99h\""},
+		{name: "capacity refresh at the largest", spec: dynamicSpec + "  storageCapacity: {refreshInterval: 999999h999999h9h, podTemplate: " + pod + "}\n", want: func(f Features) bool {
+			return f.CapacityRefresh == 2000007*time.Hour
+		}},
 		{name: "capacity refresh without a unit", spec: dynamicSpec + "  storageCapacity: {refreshInterval: \"60\", podTemplate: " + pod + "}\n", wantErr: "spec.storageCapacity.refreshInterval: \"60\" is not a Go duration"},
 		{name: "capacity refresh a number", spec: dynamicSpec + "  storageCapacity: {refreshInterval: 60, podTemplate: " + pod + "}\n", wantErr: "spec.storageCapacity.refreshInterval: must be a Go duration such as 30s, 1m or 1h30m, got number"},
 		{name: "capacity refresh a template", spec: dynamicSpec + "  storageCapacity: {refreshInterval: \"{{ params.every }}\", podTemplate: " + pod + "}\n", wantErr: "spec.storageCapacity.refreshInterval: must be a literal Go duration"},
@@ -74,6 +79,7 @@ func TestFeaturesOfIssue35(t *testing.T) {
 		{name: "mutableParameters item too long", spec: dynamicSpec + "  volumeModification: {mutableParameters: [" + strings.Repeat("k", 254) + "]}\n", wantErr: "spec.volumeModification.mutableParameters[0]: must be at most 253 characters"},
 		{name: "mutableParameters too many", spec: dynamicSpec + "  volumeModification: {mutableParameters: [" + strings.Repeat("k,", 64) + "k]}\n", wantErr: "spec.volumeModification.mutableParameters: must list at most 64 keys, got 65"},
 		{name: "mutableParameters item twice", spec: dynamicSpec + "  volumeModification: {mutableParameters: [iops, tier, iops]}\n", wantErr: "spec.volumeModification.mutableParameters[2]: \"iops\" is listed twice"},
+		{name: "unknown field in volumeModification", spec: dynamicSpec + "  volumeModification: {mutableParameters: [iops], defaults: {}}\n", wantErr: "spec.volumeModification.defaults: unknown field (volumeModification may only hold mutableParameters, podTemplate)"},
 		{name: "modification without Dynamic", spec: "  provisioningModes: [Static]\n" + staging + "  volumeModification: {mutableParameters: [iops]}\n", wantErr: "spec.volumeModification: is only allowed when spec.provisioningModes contains Dynamic"},
 
 		{name: "group snapshots, no pods", spec: snapshotsSpec + "  groupSnapshotCreation: {}\n  groupSnapshotDeletion: {}\n", want: func(f Features) bool { return f.GroupSnapshots && f.Snapshots }},
