@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -561,6 +562,64 @@ spec:
 	{"one accessible segment with a templated value", pav("one-segment", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: {topology.kubernetes.io/zone: "{{ params.zone }}"}}}`)},
 	{"clones only, empty topology value", pav("clones", dynamic+`, volumeCreation: {capacity: 1Gi, contentSources: [Volume], accessibleTopology: [{example.com/pool: ""}]}}`)},
 	{"topology on a static provisioner", pav("static-topology", static+`, topology: {nodeLabels: [kubernetes.io/hostname]}}`)},
+
+	// Issue 35: capacity, VolumeAttributesClass, inline volumes, group snapshots,
+	// volume limits, changed blocks.
+	{"every issue 35 field, literal", `
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: issue-35
+spec:
+  provisioningModes: [Dynamic, Static, Ephemeral]
+  maxVolumesPerNode: 32
+  volumeCreation: {capacity: 1Gi}
+  volumeStaging:
+    podTemplate: {spec: {containers: [{name: s, image: busybox}]}}
+  snapshotCreation: {}
+  storageCapacity:
+    refreshInterval: 1m30s
+    podTemplate:
+      metadata: {namespace: storage}
+      spec: {containers: [{name: df, image: busybox, command: [sh, -c, "df -B1 --output=avail /pool | tail -1 > /pav/capacity"]}]}
+  volumeModification:
+    mutableParameters: [readAheadKiB, example.com/tier, "with space", "csi.storage.k8s.io"]
+    podTemplate: {spec: {containers: [{name: m, image: busybox}]}}
+  groupSnapshotCreation:
+    podTemplate: {spec: {containers: [{name: g, image: busybox}]}}
+  groupSnapshotDeletion:
+    podTemplate: {spec: {containers: [{name: d, image: busybox}]}}
+  snapshotMetadata:
+    podTemplate: {spec: {containers: [{name: b, image: busybox}]}}
+`},
+	{"issue 35 phases without their optional pods", pav("defaults-35", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, volumeModification: {mutableParameters: [iops]}, groupSnapshotCreation: {}, groupSnapshotDeletion: {}}`)},
+	{"issue 35 phases as templates", pav("templated-35", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, `+
+		`storageCapacity: "{% set yaml = true %}podTemplate: {{ params.capacityPod }}", `+
+		`groupSnapshotCreation: "{% set yaml = true %}{}", groupSnapshotDeletion: "{% set yaml = true %}{}", `+
+		`snapshotMetadata: "{% set yaml = true %}podTemplate: {spec: {containers: [{name: c, image: b}]}}"}`)},
+	{"issue 35 pod templates as templates", pav("templated-pods-35", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, `+
+		`storageCapacity: {refreshInterval: 10s, podTemplate: "{% set yaml = true %}{{ params.pod }}"}, `+
+		`volumeModification: {mutableParameters: [iops], podTemplate: {metadata: "{% set yaml = true %}{}", spec: "{% set yaml = true %}{{ params.spec }}"}}, `+
+		`groupSnapshotCreation: {podTemplate: {spec: {containers: "{% set yaml = true %}{{ params.c }}"}}}, `+
+		`snapshotMetadata: {podTemplate: "{{ params.pod }}"}}`)},
+	{"refresh intervals Go accepts", pav("refresh", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "999999h999999h9h", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`)},
+	{"refresh interval in milliseconds with a fraction", pav("refresh-ms", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "10000.5ms", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`)},
+	{"refresh interval with microseconds", pav("refresh-us", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "10s500µs", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`)},
+	{"Ephemeral only, with creation and deletion", pav("inline", `{provisioningModes: [Ephemeral], volumeCreation: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}, volumeDeletion: {podTemplate: {spec: {containers: [{name: d, image: b}]}}}, `+staging+`}`)},
+	{"Ephemeral only, staging alone", pav("inline-staging", `{provisioningModes: [Ephemeral], `+staging+`}`)},
+	{"Static and Ephemeral, volume limit of 1", pav("inline-static", `{provisioningModes: [Static, Ephemeral], maxVolumesPerNode: 1, `+staging+`}`)},
+	{"largest volume limit", pav("limit", static+`, maxVolumesPerNode: 2147483647}`)},
+	{"64 mutable parameters of 253 characters", pav("many-keys", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [`+manyKeys(64, 253)+`]}}`)},
+}
+
+// manyKeys is a YAML flow list of n distinct keys of length characters.
+func manyKeys(n, length int) string {
+	keys := make([]string, n)
+	for i := range keys {
+		k := fmt.Sprintf("k%d-", i)
+		keys[i] = k + strings.Repeat("x", length-len(k))
+	}
+	return strings.Join(keys, ", ")
 }
 
 func TestValidObjects(t *testing.T) {
@@ -623,7 +682,7 @@ var invalidObjects = []struct {
 
 	// provisioning modes and phases
 	{"volumeCreation without Dynamic", pav("x", static+`, volumeCreation: {capacity: 1Gi}}`), "crd", "spec.volumeCreation", "may only be set when spec.provisioningModes contains Dynamic"},
-	{"volumeDeletion without Dynamic", pav("x", static+`, volumeDeletion: {podTemplate: {}}}`), "crd", "spec.volumeDeletion", "may only be set when spec.provisioningModes contains Dynamic: add Dynamic to provisioningModes or remove volumeDeletion"},
+	{"volumeDeletion without Dynamic", pav("x", static+`, volumeDeletion: {podTemplate: {}}}`), "crd", "spec.volumeDeletion", "may only be set when spec.provisioningModes contains Dynamic or Ephemeral: add Dynamic or Ephemeral to provisioningModes, or remove volumeDeletion"},
 	{"Dynamic without volumeCreation", pav("x", `{provisioningModes: [Dynamic], `+staging+`}`), "crd", "spec.volumeCreation", "is required when spec.provisioningModes contains Dynamic"},
 	{"Dynamic, volumeCreation without capacity or podTemplate", pav("x", `{provisioningModes: [Dynamic], volumeCreation: {handle: h}, `+staging+`}`), "policy", "spec.volumeCreation", "must set capacity or podTemplate (or both) when spec.provisioningModes contains Dynamic"},
 
@@ -708,6 +767,77 @@ var invalidObjects = []struct {
 	{"node label listed twice", pav("x", static+`, topology: {nodeLabels: [zone, zone]}}`), "crd", "spec.topology.nodeLabels[1]", `Duplicate value: "zone"`},
 	{"unknown field in topology", pav("x", static+`, topology: {nodeLabels: [zone], keys: [zone]}}`), "crd", "spec.topology.keys", `unknown field "spec.topology.keys"`},
 
+	// Issue 35: provisioningModes with Ephemeral
+	{"unknown provisioning mode lists Ephemeral", pav("x", `{provisioningModes: [Inline], `+staging+`}`), "crd", "spec.provisioningModes[0]", `Unsupported value: "Inline": supported values: "Dynamic", "Static", "Ephemeral"`},
+	{"Ephemeral twice", pav("x", `{provisioningModes: [Ephemeral, Ephemeral], `+staging+`}`), "crd", "spec.provisioningModes[1]", `Duplicate value: "Ephemeral"`},
+	{"volumeCreation with Static only", pav("x", static+`, volumeCreation: {capacity: 1Gi}}`), "crd", "spec.volumeCreation", "may only be set when spec.provisioningModes contains Dynamic or Ephemeral: add Dynamic or Ephemeral to provisioningModes, or remove volumeCreation"},
+	{"snapshotCreation with Ephemeral only", pav("x", `{provisioningModes: [Ephemeral], snapshotCreation: {}, `+staging+`}`), "crd", "spec.snapshotCreation", "may only be set when spec.provisioningModes contains Dynamic"},
+
+	// maxVolumesPerNode (typed, never templated)
+	{"volume limit 0", pav("x", static+`, maxVolumesPerNode: 0}`), "crd", "spec.maxVolumesPerNode", "should be greater than or equal to 1"},
+	{"negative volume limit", pav("x", static+`, maxVolumesPerNode: -3}`), "crd", "spec.maxVolumesPerNode", "should be greater than or equal to 1"},
+	{"volume limit above int32", pav("x", static+`, maxVolumesPerNode: 2147483648}`), "crd", "spec.maxVolumesPerNode", "should be less than or equal to 2147483647"},
+	{"volume limit as a string", pav("x", static+`, maxVolumesPerNode: "32"}`), "crd", "spec.maxVolumesPerNode", `must be of type integer: "string"`},
+	{"templated volume limit", pav("x", static+`, maxVolumesPerNode: "{{ params.max }}"}`), "crd", "spec.maxVolumesPerNode", "must be of type integer"},
+	{"fractional volume limit", pav("x", static+`, maxVolumesPerNode: 1.5}`), "crd", "spec.maxVolumesPerNode", "must be of type int64"},
+
+	// storageCapacity
+	{"storageCapacity without Dynamic", pav("x", static+`, storageCapacity: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "crd", "spec.storageCapacity", "may only be set when spec.provisioningModes contains Dynamic (capacity is asked for volumes yet to be created): add Dynamic to provisioningModes or remove storageCapacity"},
+	{"storageCapacity without podTemplate", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: 1m}}`), "crd", "spec.storageCapacity.podTemplate", "Required value"},
+	{"storageCapacity as a plain string", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: df}`), "crd", "spec.storageCapacity", `should match '\{\{|\{%'`},
+	{"storageCapacity as a list", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: [{podTemplate: {}}]}`), "policy", "spec.storageCapacity", "must be an object or a template string containing {{ or {% (found a list)"},
+	{"unknown field in storageCapacity", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {interval: 1m, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity", "unknown field(s) interval; storageCapacity may only hold refreshInterval, podTemplate"},
+	{"refresh interval too short", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: 5s, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.refreshInterval", `must be a literal Go duration of at least 10s, such as 30s, 1m or 1h30m (a number and a unit each time: ns, us, ms, s, m, h) (found "5s")`},
+	{"refresh interval just short", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: 9999ms, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.refreshInterval", `(found "9999ms")`},
+	{"refresh interval without a unit", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "60", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.refreshInterval", `(found "60")`},
+	{"refresh interval in days", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: 1d, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.refreshInterval", `(found "1d")`},
+	{"negative refresh interval", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: -1m, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.refreshInterval", `(found "-1m")`},
+	{"refresh interval with a space", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "1 m", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.refreshInterval", `(found "1 m")`},
+	{"refresh interval with 7 digits", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: 1000000s, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.refreshInterval", `(found "1000000s")`},
+	{"templated refresh interval", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "{{ params.i }}", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.refreshInterval", `must be a literal Go duration`},
+	{"refresh interval as a number", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: 60, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "crd", "spec.storageCapacity.refreshInterval", `must be of type string: "integer"`},
+	{"refresh interval too long", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "999999h999999h99h", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "crd", "spec.storageCapacity.refreshInterval", "may not be more than 16 bytes"},
+	{"empty refresh interval", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "crd", "spec.storageCapacity.refreshInterval", "should be at least 1 chars long"},
+	{"capacity pod without containers", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {podTemplate: {spec: {}}}}`), "policy", "spec.storageCapacity.podTemplate.spec.containers", "needs at least one container"},
+	{"capacity pod as a whole Pod", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {podTemplate: {kind: Pod, spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.podTemplate", "unknown field(s) kind; a pod template may only hold metadata and spec"},
+	{"capacity pod metadata as a number", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {podTemplate: {metadata: 1, spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.storageCapacity.podTemplate.metadata", "(found a number)"},
+	{"capacity pod spec as a plain string", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {podTemplate: {spec: "containers: []"}}}`), "crd", "spec.storageCapacity.podTemplate.spec", `should match '\{\{|\{%'`},
+
+	// volumeModification (a typed object: never a template string)
+	{"volumeModification without Dynamic", pav("x", static+`, volumeModification: {mutableParameters: [iops]}}`), "crd", "spec.volumeModification", "may only be set when spec.provisioningModes contains Dynamic (pav keeps the parameters of the volumes it creates; static volumes have no record): add Dynamic to provisioningModes or remove volumeModification"},
+	{"volumeModification as a template", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: "{% set yaml = true %}mutableParameters: [iops]"}`), "crd", "spec.volumeModification", `must be of type object: "string"`},
+	{"volumeModification without mutableParameters", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "crd", "spec.volumeModification.mutableParameters", "Required value"},
+	{"empty mutableParameters", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: []}}`), "crd", "spec.volumeModification.mutableParameters", "should have at least 1 items"},
+	{"templated mutableParameters", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: "{{ params.keys }}"}}`), "crd", "spec.volumeModification.mutableParameters", "must be of type array"},
+	{"mutable parameter listed twice", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [iops, tier, iops]}}`), "crd", "spec.volumeModification.mutableParameters[2]", `Duplicate value: "iops"`},
+	{"reserved mutable parameter", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [iops, csi.storage.k8s.io/fstype]}}`), "crd", "spec.volumeModification.mutableParameters[1]", "starts with csi.storage.k8s.io/, which Kubernetes and the CSI sidecars reserve for their own keys: rename the parameter"},
+	{"templated mutable parameter", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: ["{{ params.key }}"]}}`), "crd", "spec.volumeModification.mutableParameters[0]", "must be a literal parameter key, not a template"},
+	{"empty mutable parameter", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [""]}}`), "crd", "spec.volumeModification.mutableParameters[0]", "should be at least 1 chars long"},
+	{"mutable parameter of 254 characters", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [`+strings.Repeat("k", 254)+`]}}`), "crd", "spec.volumeModification.mutableParameters[0]", "may not be more than 253 bytes"},
+	{"65 mutable parameters", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [`+manyKeys(65, 8)+`]}}`), "crd", "spec.volumeModification.mutableParameters", "must have at most 64 items"},
+	{"mutable parameter as a number", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [1]}}`), "crd", "spec.volumeModification.mutableParameters[0]", "must be of type string"},
+	{"unknown field in volumeModification", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [iops], defaults: {}}}`), "crd", "spec.volumeModification.defaults", `unknown field "spec.volumeModification.defaults"`},
+	{"modification pod without containers", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [iops], podTemplate: {spec: {containers: []}}}}`), "policy", "spec.volumeModification.podTemplate.spec.containers", "needs at least one container"},
+	{"modification pod as a number", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [iops], podTemplate: 7}}`), "policy", "spec.volumeModification.podTemplate", "(found a number)"},
+	{"modification pod with status", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [iops], podTemplate: {spec: {containers: [{name: c, image: b}]}, status: {}}}}`), "policy", "spec.volumeModification.podTemplate", "unknown field(s) status; a pod template may only hold metadata and spec"},
+
+	// groupSnapshotCreation, groupSnapshotDeletion
+	{"groupSnapshotCreation without Dynamic", pav("x", static+`, groupSnapshotCreation: {}}`), "crd", "spec.groupSnapshotCreation", "may only be set when spec.provisioningModes contains Dynamic (snapshots are taken of dynamically provisioned volumes): add Dynamic to provisioningModes or remove groupSnapshotCreation"},
+	{"groupSnapshotCreation without snapshotCreation", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, groupSnapshotCreation: {}}`), "crd", "spec.groupSnapshotCreation", "needs spec.snapshotCreation (which may be just {}): a group snapshot is made of ordinary snapshots"},
+	{"groupSnapshotDeletion without Dynamic", pav("x", static+`, groupSnapshotDeletion: {}}`), "crd", "spec.groupSnapshotDeletion", "may only be set when spec.provisioningModes contains Dynamic: add Dynamic to provisioningModes or remove groupSnapshotDeletion"},
+	{"groupSnapshotDeletion without groupSnapshotCreation", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, groupSnapshotDeletion: {}}`), "crd", "spec.groupSnapshotDeletion", "needs spec.groupSnapshotCreation: there are no group snapshots to delete without it"},
+	{"unknown field in groupSnapshotCreation", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, groupSnapshotCreation: {handle: h}}`), "policy", "spec.groupSnapshotCreation", "unknown field(s) handle; groupSnapshotCreation may only hold podTemplate"},
+	{"number for groupSnapshotDeletion", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, groupSnapshotCreation: {}, groupSnapshotDeletion: 1}`), "policy", "spec.groupSnapshotDeletion", "(found a number)"},
+	{"group snapshot pod without containers", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, groupSnapshotCreation: {podTemplate: {metadata: {}}}}`), "policy", "spec.groupSnapshotCreation.podTemplate.spec.containers", "needs at least one container"},
+	{"group snapshot deletion pod spec as a list", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, groupSnapshotCreation: {}, groupSnapshotDeletion: {podTemplate: {spec: []}}}`), "policy", "spec.groupSnapshotDeletion.podTemplate.spec", "(found a list)"},
+
+	// snapshotMetadata
+	{"snapshotMetadata without snapshotCreation", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotMetadata: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "crd", "spec.snapshotMetadata", "needs spec.snapshotCreation: it lists the blocks of snapshots, and there are none without it"},
+	{"snapshotMetadata without podTemplate", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, snapshotMetadata: {}}`), "crd", "spec.snapshotMetadata.podTemplate", "Required value"},
+	{"unknown field in snapshotMetadata", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, snapshotMetadata: {blockSize: 4096, podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`), "policy", "spec.snapshotMetadata", "unknown field(s) blockSize; snapshotMetadata may only hold podTemplate"},
+	{"boolean snapshotMetadata", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, snapshotMetadata: true}`), "policy", "spec.snapshotMetadata", "(found a boolean)"},
+	{"snapshot metadata pod without containers", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, snapshotCreation: {}, snapshotMetadata: {podTemplate: {spec: {containers: []}}}}`), "policy", "spec.snapshotMetadata.podTemplate.spec.containers", "needs at least one container"},
+
 	// status
 	{"condition with an unknown status", pav("x", static+`}`) + "status: {conditions: [{type: Valid, status: Maybe, reason: R, message: m, lastTransitionTime: '2024-01-01T00:00:00Z'}]}\n", "crd", "status.conditions[0].status", `Unsupported value: "Maybe"`},
 	{"duplicate condition type", pav("x", static+`}`) + "status: {conditions: [{type: Valid, status: 'True', reason: R, message: m, lastTransitionTime: '2024-01-01T00:00:00Z'}, {type: Valid, status: 'False', reason: R, message: m, lastTransitionTime: '2024-01-01T00:00:00Z'}]}\n", "crd", "status.conditions[1]", "Duplicate value"},
@@ -763,6 +893,10 @@ func TestPolicyNeverErrors(t *testing.T) {
 		"volumeDeletion", "volumeUnstaging.podTemplate",
 		"volumeExpansion", "volumeExpansion.capacity", "volumeExpansion.online", "volumeExpansion.podTemplate.spec",
 		"volumeCreation.contentSources", "volumeCreation.accessibleTopology", "snapshotCreation.podTemplate", "topology.nodeLabels",
+		"maxVolumesPerNode", "storageCapacity", "storageCapacity.refreshInterval", "storageCapacity.podTemplate", "storageCapacity.podTemplate.metadata",
+		"volumeModification", "volumeModification.mutableParameters", "volumeModification.podTemplate", "volumeModification.podTemplate.spec",
+		"groupSnapshotCreation", "groupSnapshotCreation.podTemplate", "groupSnapshotDeletion.podTemplate.spec",
+		"snapshotMetadata", "snapshotMetadata.podTemplate", "snapshotMetadata.podTemplate.spec",
 	}
 	n := 0
 	for _, f := range fields {
