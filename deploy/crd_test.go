@@ -608,6 +608,8 @@ spec:
 	{"Ephemeral only, with creation and deletion", pav("inline", `{provisioningModes: [Ephemeral], volumeCreation: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}, volumeDeletion: {podTemplate: {spec: {containers: [{name: d, image: b}]}}}, `+staging+`}`)},
 	{"Ephemeral only, staging alone", pav("inline-staging", `{provisioningModes: [Ephemeral], `+staging+`}`)},
 	{"Static and Ephemeral, volume limit of 1", pav("inline-static", `{provisioningModes: [Static, Ephemeral], maxVolumesPerNode: 1, `+staging+`}`)},
+	{"mutable parameter of 253 characters, not bytes", pav("long-key", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [`+strings.Repeat("é", 253)+`]}}`)},
+	{"refresh interval of 16 characters, not bytes", pav("refresh-runes", dynamic+`, volumeCreation: {capacity: 1Gi}, storageCapacity: {refreshInterval: "99999h99999h10µs", podTemplate: {spec: {containers: [{name: c, image: b}]}}}}`)},
 	{"largest volume limit", pav("limit", static+`, maxVolumesPerNode: 2147483647}`)},
 	{"64 mutable parameters of 253 characters", pav("many-keys", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeModification: {mutableParameters: [`+manyKeys(64, 253)+`]}}`)},
 }

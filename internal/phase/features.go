@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -187,7 +188,7 @@ func FeaturesOf(s *v1alpha1.PavProvisionerSpec) (Features, error) {
 }
 
 // The form of a refreshInterval the API server admits (the CRD's maxLength,
-// the policy's pattern): Go durations, bounded so that none overflows (at
+// which counts characters, and the policy's pattern): Go durations, bounded so that none overflows (at
 // most 2000007h; Go's durations end at 2562047h), which the policy's CEL
 // duration() would fail on.
 const maxRefreshIntervalLen = 16
@@ -204,7 +205,7 @@ func refreshInterval(v any, path string) (time.Duration, error) {
 	if isTemplate(s) {
 		return 0, fieldErr(path, "must be a literal Go duration such as 30s, 1m or 1h30m, not a template: external-provisioner polls with it (--capacity-poll-interval) before any volume exists")
 	}
-	if len(s) > maxRefreshIntervalLen {
+	if utf8.RuneCountInString(s) > maxRefreshIntervalLen {
 		return 0, fieldErr(path, "must be at most %d characters, got %q: write it with larger units, such as 1h30m", maxRefreshIntervalLen, s)
 	}
 	if !refreshIntervalPattern.MatchString(s) {
@@ -251,8 +252,8 @@ func mutableParameters(v any, path string) ([]string, error) {
 			return nil, fieldErr(at, "must be a string (a parameter key), got %s", typeName(x))
 		case k == "":
 			return nil, fieldErr(at, "must not be empty: Kubernetes refuses empty VolumeAttributesClass parameter keys")
-		case len(k) > MaxParameterKeyLen:
-			return nil, fieldErr(at, "must be at most %d characters, got %d", MaxParameterKeyLen, len(k))
+		case utf8.RuneCountInString(k) > MaxParameterKeyLen:
+			return nil, fieldErr(at, "must be at most %d characters, got %d", MaxParameterKeyLen, utf8.RuneCountInString(k))
 		case strings.HasPrefix(k, ReservedParameterPrefix):
 			return nil, fieldErr(at, "%q starts with %s, which Kubernetes and the CSI sidecars reserve for their own keys: rename the parameter", k, ReservedParameterPrefix)
 		case isTemplate(k):
