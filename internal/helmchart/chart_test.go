@@ -385,14 +385,28 @@ func TestHelmTemplateLocalSettings(t *testing.T) {
 	if err := yaml.Unmarshal(read(t, "test/e2e/install/config.yaml"), &want); err != nil {
 		t.Fatal(err)
 	}
-	// Keys the local file leaves out keep the chart's defaults.
-	for k, v := range settings(t, kustomized(t), Namespace) {
-		if _, ok := want[k]; !ok {
-			want[k] = v
-		}
-	}
+	// Keys the local file leaves out keep the chart's defaults, at every depth (Helm
+	// merges --values into the chart's values map by map: images.pav set here keeps
+	// images.livenessProbe's default).
+	mergeDefaults(want, settings(t, kustomized(t), Namespace))
 	if got := settings(t, chart, Namespace); !reflect.DeepEqual(got, want) {
 		t.Errorf("settings %v, want %v", got, want)
+	}
+}
+
+// mergeDefaults adds to m what defaults has and m lacks, recursively into maps.
+func mergeDefaults(m, defaults map[string]any) {
+	for k, v := range defaults {
+		cur, ok := m[k]
+		if !ok {
+			m[k] = v
+			continue
+		}
+		if cm, ok := cur.(map[string]any); ok {
+			if dm, ok := v.(map[string]any); ok {
+				mergeDefaults(cm, dm)
+			}
+		}
 	}
 }
 
