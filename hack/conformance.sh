@@ -10,10 +10,8 @@
 # names through KUBE_TEST_REPO_LIST (the volume populator's two images keep their upstream
 # names: test-only stand-ins, test/hello-populator and test/volume-data-source-validator).
 # Then one ginkgo run over every driver's specs
-# ("External Storage [Driver: NAME]"), in parallel, and a second one, one spec at a time, of
-# those that cannot run beside each other (SERIAL below), write to _output/conformance/:
-#   report.json, junit.xml   Ginkgo's reports (every spec, with its failure or skip message);
-#   report-serial.json, junit-serial.xml  those of the second run
+# ("External Storage [Driver: NAME]"), in parallel, writes to _output/conformance/:
+#   report.json, junit.xml   Ginkgo's reports (every spec, with its failure or skip message)
 #   e2e.log                  the suite's output
 #   summary.md               per driver: passed/failed/skipped, every failure, every skip
 #                            grouped by why (test/conformance/summary)
@@ -92,7 +90,7 @@ teardown() {
     KUBECTL="$BIN/kubectl" "$ROOT/test/conformance/$d/teardown.sh" || log "$d: teardown failed"
   done
 }
-trap teardown EXIT   # (and, once made below, the VolumePopulator CRD's removal)
+trap teardown EXIT
 
 args=() names=()
 for d in "${drivers[@]}"; do
@@ -115,50 +113,21 @@ done
 focus="External.Storage.*\[Driver: ($(IFS='|'; echo "${names[*]}"))\]"
 [ -z "$FOCUS" ] || focus="$focus.*($FOCUS)"
 
-# SERIAL: specs that create and delete cluster-scoped objects of fixed names, so that two of
-# them at once (one per driver, in different processes) break each other: "any volume data
-# source" creates the VolumePopulator CRD when it finds none and deletes it when done (another
-# spec may be using it, or creating it too), and always creates hello-populator's CRD
-# (hellos.hello.example.com), which exists while another runs. They run after the others, one
-# at a time, with the VolumePopulator CRD made beforehand (and removed afterwards if this run
-# made it), so that none of them creates or deletes it.
-SERIAL='any volume data source'
-POPULATOR_CRD="test/e2e/testing-manifests/storage-csi/any-volume-datasource/crd/populator.storage.k8s.io_volumepopulators.yaml"
-made_populator_crd=0
-if ! k get crd volumepopulators.populator.storage.k8s.io >/dev/null 2>&1; then
-  k8s_dir="$(cd "$ROOT/hack/tools/e2e" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)"
-  k apply -f "$k8s_dir/$POPULATOR_CRD" >/dev/null
-  k wait --for condition=Established --timeout 60s crd/volumepopulators.populator.storage.k8s.io >/dev/null
-  made_populator_crd=1
-fi
-remove_populator_crd() {
-  [ "$made_populator_crd" = 0 ] || k delete --ignore-not-found crd volumepopulators.populator.storage.k8s.io >/dev/null || true
-}
-trap 'remove_populator_crd; teardown' EXIT
-
-# ginkgo RUN_NAME PROCS FOCUS SKIP: one run of the suite, its report in RUN_NAME.json.
-ginkgo_run() {
-  (cd "$ROOT" && KUBE_TEST_REPO_LIST="$ROOT/test/conformance/repo-list.yaml" \
-    "$BIN/ginkgo" --procs="$2" --timeout="$TIMEOUT" --no-color --silence-skips \
-      --focus="$3" --skip="$4" \
-      --output-dir="$OUT" --json-report="$1.json" --junit-report="${1/report/junit}.xml" \
-      "$BIN/e2e.test" -- \
-      -kubeconfig="$KUBECONFIG" -repo-root="$ROOT" -report-dir="$OUT" \
-      -allowed-not-ready-nodes=0 "${args[@]}") >> "$OUT/e2e.log" 2>&1
-}
-
-log "drivers ${names[*]}: $PROCS processes, focus '$focus', skip '$SKIP'; then '$SERIAL' one at a time; output in ${OUT#"$ROOT"/}"
+log "drivers ${names[*]}: $PROCS processes, focus '$focus', skip '$SKIP'; output in ${OUT#"$ROOT"/}"
 run_start=$SECONDS
 rc=0
-ginkgo_run report "$PROCS" "$focus" "$SKIP|$SERIAL" || rc=$?
+(cd "$ROOT" && KUBE_TEST_REPO_LIST="$ROOT/test/conformance/repo-list.yaml" \
+  "$BIN/ginkgo" --procs="$PROCS" --timeout="$TIMEOUT" --no-color --silence-skips \
+    --focus="$focus" --skip="$SKIP" \
+    --output-dir="$OUT" --json-report=report.json --junit-report=junit.xml \
+    "$BIN/e2e.test" -- \
+    -kubeconfig="$KUBECONFIG" -repo-root="$ROOT" -report-dir="$OUT" \
+    -allowed-not-ready-nodes=0 "${args[@]}") > "$OUT/e2e.log" 2>&1 || rc=$?
 log "suite ran in $((SECONDS - run_start)) s (exit $rc); its output: ${OUT#"$ROOT"/}/e2e.log"
-serial_start=$SECONDS
-ginkgo_run report-serial 1 "$focus.*($SERIAL)" "$SKIP" || rc=$?
-log "'$SERIAL', one at a time, ran in $((SECONDS - serial_start)) s (exit $rc)"
 
 pairs=()
-for d in "${names[@]}"; do pairs+=("$d=$OUT/report.json,$OUT/report-serial.json"); done
-if [ ! -s "$OUT/report.json" ] || [ ! -s "$OUT/report-serial.json" ]; then
+for d in "${names[@]}"; do pairs+=("$d=$OUT/report.json"); done
+if [ ! -s "$OUT/report.json" ]; then
   tail -n 40 "$OUT/e2e.log" >&2
   log "no report written: the suite did not run"
   exit 1

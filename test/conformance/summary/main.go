@@ -6,7 +6,7 @@
 // It reads the report's JSON by itself (a few fields of Ginkgo's types.Report), so that the
 // main module does not depend on Ginkgo for one struct.
 //
-// Usage: summary [-o summary.md] [-left-out REGEXP=REASON]... DRIVER=REPORT.json[,REPORT.json...]...
+// Usage: summary [-o summary.md] [-left-out REGEXP=REASON]... DRIVER=REPORT.json...
 // It exits 1 when a spec failed or a report cannot be read.
 package main
 
@@ -259,7 +259,7 @@ func run(args []string, stdout io.Writer) (failed bool, err error) {
 		return false, err
 	}
 	if fs.NArg() == 0 {
-		return false, fmt.Errorf("usage: summary [-o summary.md] [-left-out REGEXP=REASON]... DRIVER=REPORT.json[,REPORT.json...]...")
+		return false, fmt.Errorf("usage: summary [-o summary.md] [-left-out REGEXP=REASON]... DRIVER=REPORT.json...")
 	}
 	var results []driverResult
 	var total driverResult
@@ -268,16 +268,9 @@ func run(args []string, stdout io.Writer) (failed bool, err error) {
 		if !ok || driver == "" || path == "" {
 			return false, fmt.Errorf("%q: want DRIVER=REPORT.json", a)
 		}
-		// A driver's specs may be in several reports (make conformance runs
-		// some of them apart, one at a time): a spec one run did not select
-		// is not counted there.
-		var rep report
-		for _, p := range strings.Split(path, ",") {
-			r, err := readReport(p)
-			if err != nil {
-				return false, err
-			}
-			rep.SpecReports = append(rep.SpecReports, r.SpecReports...)
+		rep, err := readReport(path)
+		if err != nil {
+			return false, err
 		}
 		r := summarize(driver, rep, rules)
 		if r.passed+r.failed+r.skipped+r.notSelected == 0 {

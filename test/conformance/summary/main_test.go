@@ -129,32 +129,3 @@ func TestClassifyLeftOut(t *testing.T) {
 		}
 	}
 }
-
-// A driver's specs may come in several reports (make conformance runs "any volume data
-// source" apart, one at a time): what one run did not select counts where it ran.
-func TestSeveralReportsPerDriver(t *testing.T) {
-	dir := t.TempDir()
-	spec := func(name, state string) string {
-		return `{"ContainerHierarchyTexts":["[sig-storage] CSI Volumes","External Storage [Driver: loop-block]","provisioning"],"LeafNodeType":"It","LeafNodeText":"` + name + `","State":"` + state + `"}`
-	}
-	write := func(name string, specs ...string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(`[{"SpecReports":[`+strings.Join(specs, ",")+`]}]`), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	parallel := write("report.json", spec("should provision storage with defaults", "passed"), spec("should provision storage with any volume data source", "skipped"))
-	serial := write("report-serial.json", spec("should provision storage with defaults", "skipped"), spec("should provision storage with any volume data source", "passed"))
-	var out bytes.Buffer
-	failed, err := run([]string{"loop-block=" + parallel + "," + serial}, &out)
-	if err != nil || failed {
-		t.Fatalf("run: failed=%v err=%v", failed, err)
-	}
-	if !strings.Contains(out.String(), "conformance: 2 passed, 0 failed, 0 skipped") {
-		t.Errorf("output:\n%s", out.String())
-	}
-	if _, err := run([]string{"loop-block=" + parallel + "," + filepath.Join(dir, "missing.json")}, &out); err == nil {
-		t.Error("a missing report of the list was not an error")
-	}
-}
