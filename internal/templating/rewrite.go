@@ -36,13 +36,14 @@ import (
 // Unknown filters and tests are reported here, at load time, as Jinja does
 // at compile time.
 type rewriter struct {
-	filters  *exec.FilterSet
-	tests    *exec.TestSet
-	err      error
-	wrappers map[*nodes.Wrapper]bool
-	depth    int
-	names    map[string]bool       // names referenced (for macros' varargs/kwargs)
-	groups   map[*tokens.Token]int // bracket group of every or-typed token (condexpr.go)
+	filters   *exec.FilterSet
+	tests     *exec.TestSet
+	err       error
+	wrappers  map[*nodes.Wrapper]bool
+	depth     int
+	names     map[string]bool        // names referenced (for macros' varargs/kwargs)
+	groups    map[*tokens.Token]int  // bracket group of every or-typed token (condexpr.go)
+	testNames map[*tokens.Token]bool // the filter names that are tests, and whether negated (tokenpass.go)
 }
 
 // maxNesting bounds expression and block nesting. The parser and this pass
@@ -94,7 +95,7 @@ func (rw *rewriter) nodes(ns []nodes.Node) {
 			if n.Condition != nil || n.Alternative != nil {
 				// Conditionals reach gonja's parser as `or` chains
 				// (condexpr.go); its own top-level if would mean a keyword
-				// that lexForConditionals missed.
+				// that the token pass missed.
 				rw.fail(n.Start, "internal error: a conditional expression that pav did not rewrite")
 				return
 			}
@@ -245,8 +246,42 @@ func isIdentifier(s string) bool {
 	return s != ""
 }
 
+// filtersAndTests rewrites a chain of filters and tests: each test (a
+// filter call to gonja, see tokenpass.go) becomes pav:test, followed by
+// pav:not when negated. Through pav:test, because gonja applies a test to
+// an error value and answers: `(x + 'a') is defined` was True.
+func (rw *rewriter) filtersAndTests(fcs []*nodes.FilterCall) []*nodes.FilterCall {
+	out := make([]*nodes.FilterCall, 0, len(fcs))
+	for _, fc := range fcs {
+		negated, isTest := rw.testNames[fc.Token]
+		if !isTest {
+			rw.filterCalls([]*nodes.FilterCall{fc})
+			out = append(out, fc)
+			continue
+		}
+		if !rw.tests.Exists(fc.Name) {
+			rw.fail(fc.Token, "no test named '%s'", fc.Name)
+			return fcs
+		}
+		rw.exprs(fc.Args)
+		rw.kwargs(fc.Kwargs)
+		args := append([]nodes.Expression{strNode(fc.Token, fc.Name)}, fc.Args...)
+		out = append(out, &nodes.FilterCall{Token: fc.Token, Name: fTest, Args: args, Kwargs: fc.Kwargs})
+		if negated {
+			out = append(out, &nodes.FilterCall{Token: fc.Token, Name: fNot, Kwargs: map[string]nodes.Expression{}})
+		}
+	}
+	return out
+}
+
+// filterCalls checks and rewrites the arguments of a chain of filters (a
+// filter tag's, where Jinja takes no test).
 func (rw *rewriter) filterCalls(fcs []*nodes.FilterCall) {
 	for _, fc := range fcs {
+		if _, isTest := rw.testNames[fc.Token]; isTest {
+			rw.fail(fc.Token, "expected token 'end of statement block', got 'is'")
+			return
+		}
 		if !rw.filters.Exists(fc.Name) || strings.HasPrefix(fc.Name, "pav:") {
 			rw.fail(fc.Token, "no filter named '%s'", fc.Name)
 			return
@@ -379,15 +414,15 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		return filtered(rw.expr(n.Left), fBinop, strNode(tok, op), rw.expr(n.Right), leftText, rightText)
 	case *nodes.FilteredExpression:
 		n.Expression = rw.expr(n.Expression)
-		rw.filterCalls(n.Filters)
+		n.Filters = rw.filtersAndTests(n.Filters)
 		return n
 	case *nodes.TestExpression:
-		if !rw.tests.Exists(n.Test.Name) {
-			rw.fail(n.Test.Token, "no test named '%s'", n.Test.Name)
+		// Tests reach gonja's parser as filters (tokenpass.go); its own
+		// test is `in`.
+		if n.Test.Name != "in" {
+			rw.fail(n.Test.Token, "internal error: a test that pav did not rewrite")
 			return n
 		}
-		// Through pav:test, because gonja applies a test to an error value
-		// and answers: `(x + 'a') is defined` was True.
 		rw.exprs(n.Test.Args)
 		rw.kwargs(n.Test.Kwargs)
 		args := append([]nodes.Expression{strNode(n.Test.Token, n.Test.Name)}, n.Test.Args...)

@@ -587,11 +587,14 @@ func parse(src string) (tpl *exec.Template, err error) {
 	if err := checkNesting(src); err != nil {
 		return nil, err
 	}
-	// gonja's parser reads pav's tokens (see condexpr.go), and the template
+	// gonja's parser reads pav's tokens (see tokenpass.go), and the template
 	// gonja builds around an empty source gets the parsed tree: exec.Template
 	// has no constructor that takes tokens or a tree, and nothing but its
 	// root refers to what it parsed.
-	lexed := lexForConditionals(src)
+	lexed, err := lexTemplate(src)
+	if err != nil {
+		return nil, err
+	}
 	root, err := parser.NewParser(rootID, tokens.NewStream(lexed.toks), renderConfig, sourceLoader{src}, controls).Parse()
 	if err != nil {
 		return nil, syntaxError(err)
@@ -602,7 +605,7 @@ func parse(src string) (tpl *exec.Template, err error) {
 		return nil, syntaxError(err)
 	}
 	*tpl.Root() = *root
-	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}, groups: lexed.groups}
+	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}, groups: lexed.groups, testNames: lexed.tests}
 	if err := rw.template(tpl.Root()); err != nil {
 		return nil, err
 	}
