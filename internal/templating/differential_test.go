@@ -241,6 +241,20 @@ var conditionalCorpus = []string{
 // Jinja's and the token pass (tokenpass.go, lex.go) makes pav read them as
 // Jinja does, and the forms near them that Jinja refuses.
 var grammarCorpus = []string{
+	// line breaks and other whitespace between tokens (gonja's lexer
+	// glued what it skipped to the next token), and characters Jinja refuses
+	"{{ 'a' ~\n'b' }}", "{{ 1 +\n2 }}", "{{ 1 +\n 2 }}", "{{ 'a' ~\n\n'b' }}", "{{ 'a'\n~\n'b' }}", "{{\na\n}}", "{{\n-a }}",
+	"{{-\na }}", "x  {{-\na\n-}}  y", "{{ a\n-}}  x", "{%\nif\na\n%}y{%\nendif\n%}", "{%- if a\n-%}\n  y\n{%- endif %}",
+	"{%\nraw %}{{ x }}{% endraw %}", "{% raw %}{{ a\n$ }}{%\nendraw %}", "{# a\n$ #}x", "{%\n%}", "{%\tif a %}x{% endif %}",
+	"{% for i in\nl\nif i > 1 %}{{ i }}{% endfor %}", "{% set x =\n[1,\n2] %}{{ x | join }}", "{{ [1,\n]\n| length }}",
+	"{% macro f(x,\ny=1) %}{{ x }}{{ y }}{% endmacro %}{{ f(\n1\n) }}", "{{ m\n.k }}", "{{ l\n[0] }}", "{{ s\n|\nupper }}",
+	"{{ a\nis\nodd }}", "{{ a\nif\nt\nelse\nb }}", "{{ a\n!= 2 }}", "{{ a !\n= 2 }}", "{{ a\n not in l }}", "{{ a not\nin l }}",
+	"{{ {'a':\n1}\n.a }}", "{{ range(3)\n|\nlist\n|\njoin }}", "{{ 'a\nb' ~\n'c' }}", "{{ \"a\" ~\n\"b\\\"c\" }}", "{{ 'a' ~\n'b\\'c' }}",
+	"{% set yaml = true %}script: |\n  echo {{ s\n     | tobash }}\n  echo {{ a +\nb }}\n", "{{ 1 +\r\n2 }}", "{{ 1 +\r2 }}",
+	"{{ a\tb }}", "{{ 1\v+\f2 }}", "{{ 1\x1c+\x1f2 }}", "{{ 1\u00a0+\u20282 }}", "{{ 1\u3000+\u202f2 }}", "{{ 1\u200b+ 2 }}",
+	"{{ 1 $+ 2 }}", "{{ 'a' ~ $'b' }}", "{{ 1 @ 2 }}", "{{ 1 ; 2 }}", "{{ 1 ? 2 }}", "{{ a\\b }}", "{{ `a` }}", "{{ 1 # 2 }}",
+	"{{ 1 & 2 }}", "{{ 1 ^ 2 }}", "line1\n{{ 1 +\n\n'x' }}", "{{ 1.5\n}}", "{{ 1.\n}}", "{{ 1\n.5 }}", "{{ 1. }}", "{{ 1.+2 }}",
+	"{{ [1.] }}", "{{ 1. 5 }}",
 	// tests bind as tightly as filters: to the operand before is
 	"{{ 1 + 1 is odd }}", "{{ 2 * 3 is odd }}", "{{ -1 is odd }}", "{{ a ** 2 is odd }}", "{{ 2 ** a is even }}",
 	"{{ a is odd + 1 }}", "{{ a is odd < b }}", "{{ a is odd == b is odd }}", "{{ not a is odd }}", "{{ l[0] is odd ~ 'x' }}",

@@ -13,7 +13,7 @@ import (
 // *parser.Parser, gives no way to hook. What it does parse as Jinja does is
 // enough to express Jinja's grammar, given the right tokens. So pav lexes
 // the source with gonja's own lexer (exact for strings, comments, raw blocks
-// and brackets), follows each expression's structure token by
+// and brackets; with the whitespace Jinja's lexer skips, lex.go), follows each expression's structure token by
 // token as Jinja's parser would (where an operand starts and ends, bracket
 // groups, calls' argument lists), re-types, drops or adds tokens where
 // gonja's grammar would read them otherwise, and records what the rewrite
@@ -66,7 +66,10 @@ type group struct {
 
 // lexTemplate lexes src for gonja's parser (see above).
 func lexTemplate(src string) (*lexed, error) {
-	in := collectTokens(tokens.LexAll(src, renderConfig))
+	in, err := lexSource(src)
+	if err != nil {
+		return nil, err
+	}
 	match := matchBrackets(in)
 	out := &lexed{groups: map[*tokens.Token]int{}, tests: map[*tokens.Token]bool{}}
 	var (
@@ -297,17 +300,4 @@ func syntaxErrorAt(t *tokens.Token, msg string) error {
 		line = strconv.Itoa(t.Line)
 	}
 	return newTemplateError("template syntax error", msg, line, nil)
-}
-
-// collectTokens returns the tokens gonja's parser would read from stream.
-func collectTokens(stream *tokens.Stream) []*tokens.Token {
-	var toks []*tokens.Token
-	for {
-		t := stream.Current()
-		toks = append(toks, t)
-		if t.Type == tokens.EOF || t.Type == tokens.Error {
-			return toks
-		}
-		stream.Next()
-	}
 }
