@@ -255,6 +255,25 @@ var grammarCorpus = []string{
 	"{{ 1 $+ 2 }}", "{{ 'a' ~ $'b' }}", "{{ 1 @ 2 }}", "{{ 1 ; 2 }}", "{{ 1 ? 2 }}", "{{ a\\b }}", "{{ `a` }}", "{{ 1 # 2 }}",
 	"{{ 1 & 2 }}", "{{ 1 ^ 2 }}", "line1\n{{ 1 +\n\n'x' }}", "{{ 1.5\n}}", "{{ 1.\n}}", "{{ 1\n.5 }}", "{{ 1. }}", "{{ 1.+2 }}",
 	"{{ [1.] }}", "{{ 1. 5 }}",
+	// chained comparisons, in and not in among them
+	"{{ 3 > 2 > 1 }}", "{{ 1 < 3 < 2 }}", "{{ (3 > 2) > 1 }}", "{{ 3 > (2 > 1) }}", "{{ 1 > 2 < abc.x }}", "{{ 1 < 2 < abc.x }}",
+	"{{ 1 < 2 < abc }}", "{{ a < b < c < 5 }}", "{{ a < b < c < 4 }}", "{{ a == 2 == true }}", "{{ 1 < 2 == true }}",
+	"{{ 1 == 1 != 2 }}", "{{ 'b' > 'a' >= 'a' <= 'b' }}", "{{ 1 < 'a' < 2 }}", "{{ 2 < 1 < 'a' }}", "{{ 1 < 2 < none }}",
+	"{{ none == none == none }}", "{{ m.zz == m.yy == none }}", "{{ a < b in l }}", "{{ a in l < b }}", "{{ 1 in l in [[3, 1, 2]] }}",
+	"{{ 1 in l in l }}", "{{ abc in l in l }}", "{{ a < b if t else c < a < b }}", "{{ [a < b < c, 3 > 2 > 1] | join }}",
+	"{{ l[1 < 2 < 3] }}", "{{ 1 < 2 < 3 | string }}", "{{ (1 < 2 < 3) | string }}", "{{ 1 < 2 < 3 is sameas true }}",
+	"{% if 1 < a < 3 %}y{% else %}n{% endif %}", "{% for i in l if 1 < i < 3 %}{{ i }}{% endfor %}", "{% set x = 1 < a < 3 %}{{ x }}",
+	"{% set c = cycler(1, 2, 3) %}{{ 0 < c.next() < 5 }}{{ c.current }}", "{% set c = cycler(1, 2, 3) %}{{ 5 < c.next() < 5 }}{{ c.current }}",
+	"{% set c = cycler(1, 2, 3) %}{{ 5 < 1 < c.next() }}{{ c.current }}", "{% for i in range(3) %}{{ 0 <= loop.index0 < 2 }}{% endfor %}",
+	"{% macro f(x) %}{{ 0 < x < 3 }}{% endmacro %}{{ f(1) }}{{ f(5) }}",
+	// the right of in and not in is an arithmetic expression
+	"{{ 'a' in 'b' ~ 'a' }}", "{{ 'a' in 'ba' < true }}", "{{ 'a' not in 'b' ~ 'a' }}", "{{ a in l | list }}", "{{ a + 1 in l }}",
+	"{{ a in [1] + [2] }}", "{{ a not in [1] + [2] }}", "{{ not a in l }}", "{{ a in abc }}", "{{ (1, 2) in [(1, 2)] }}",
+	"{% for i in l if i in l %}{{ i }}{% endfor %}", "{% for i in l if i not in [1] %}{{ i }}{% endfor %}",
+	"{% for i in l in [l] %}x{% endfor %}", "{% for in in l %}{{ in }}{% endfor %}",
+	// and, or, not, in, is: keywords or names by position
+	"{{ a in(1, 2) }}", "{{ a not in(1, 2) }}", "{{ not-a }}", "{{ a and(b) }}", "{{ a or(b) }}", "{{ a.in }}", "{{ a.not }}",
+	"{{ a.is }}", "{{ m.and is defined }}", "{{ in }}", "{{ in is defined }}", "{{ and is defined }}", "{{ a not b }}", "{{ a not }}",
 	// tests bind as tightly as filters: to the operand before is
 	"{{ 1 + 1 is odd }}", "{{ 2 * 3 is odd }}", "{{ -1 is odd }}", "{{ a ** 2 is odd }}", "{{ 2 ** a is even }}",
 	"{{ a is odd + 1 }}", "{{ a is odd < b }}", "{{ a is odd == b is odd }}", "{{ not a is odd }}", "{{ l[0] is odd ~ 'x' }}",

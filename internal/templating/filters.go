@@ -34,6 +34,7 @@ const (
 	fPlain    = "pav:plain"
 	fBranch   = "pav:branch"
 	fTest     = "pav:test"
+	fCompare  = "pav:compare"
 )
 
 func strArg(va *exec.VarArgs, i int) string {

@@ -398,6 +398,8 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		case tokens.Or:
 			// Also the conditionals' keywords (condexpr.go).
 			return rw.orExpr(n)
+		case tokens.Equals, tokens.Ne, tokens.LowerThan, tokens.LowerThanOrEqual, tokens.GreaterThan, tokens.GreaterThanOrEqual:
+			return rw.compare(n)
 		case tokens.And:
 			// Kept: gonja's and/or are lazy and return an operand, as in
 			// Python; Undefined operands are falsy values, not errors.
@@ -417,16 +419,11 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		n.Filters = rw.filtersAndTests(n.Filters)
 		return n
 	case *nodes.TestExpression:
-		// Tests reach gonja's parser as filters (tokenpass.go); its own
-		// test is `in`.
-		if n.Test.Name != "in" {
-			rw.fail(n.Test.Token, "internal error: a test that pav did not rewrite")
-			return n
-		}
-		rw.exprs(n.Test.Args)
-		rw.kwargs(n.Test.Kwargs)
-		args := append([]nodes.Expression{strNode(n.Test.Token, n.Test.Name)}, n.Test.Args...)
-		return filteredCall(rw.expr(n.Expression), &nodes.FilterCall{Token: n.Test.Token, Name: fTest, Args: args, Kwargs: n.Test.Kwargs})
+		// Tests reach gonja's parser as filters, and in and not in as
+		// comparisons (tokenpass.go); its own test would mean an `is`, `in`
+		// or `not` the token pass missed.
+		rw.fail(n.Test.Token, "internal error: a test that pav did not rewrite")
+		return n
 	}
 	rw.fail(e.Position(), "unsupported expression %s", e)
 	return e

@@ -404,7 +404,7 @@ func init() {
 		fVar: filterVar, fUndef: filterUndef, fGetattr: filterGetattr, fGetitem: filterGetitem,
 		fMethod: filterMethod, fCallable: filterCallable, fBinop: filterBinop, fNot: filterNot,
 		fNeg: filterUnary(true), fPos: filterUnary(false), fBool: filterBool,
-		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain, fBranch: filterBranch, fTest: filterTest,
+		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain, fBranch: filterBranch, fTest: filterTest, fCompare: filterCompare,
 		"tobash": filterToBash, "tojson": filterToJSON, "default": filterDefault, "d": filterDefault,
 		"string": filterString, "reverse": filterReverse, "attr": filterAttr, "format": filterFormat,
 		"wordcount": filterWordcount, "center": filterCenter, "urlencode": filterURLEncode, "round": filterRound,

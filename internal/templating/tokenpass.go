@@ -39,8 +39,9 @@ import (
 type lexed struct {
 	toks []*tokens.Token
 	// groups maps every or-typed token (`or`, and the re-typed `if` and
-	// `else`) to the bracket group it stands in: one number per {{ … }} or
-	// {% … %} and per pair of brackets inside them.
+	// `else`) and every comparison token (and the re-typed `in` and `not in`)
+	// to the bracket group it stands in: one number per {{ … }} or {% … %}
+	// and per pair of brackets inside them.
 	groups map[*tokens.Token]int
 	// tests maps the name token of every test (a filter's name to gonja) to
 	// whether it was negated (`is not`).
@@ -79,6 +80,7 @@ func lexTemplate(src string) (*lexed, error) {
 		nextGroup int
 		state     lexState
 		forFilter bool        // the for tag's loop filter `if` was seen
+		forIn     bool        // the for tag's `in` was seen
 		negated   bool        // after `is not`
 		closeAt   map[int]int // closing parentheses to add before a token
 	)
@@ -99,7 +101,7 @@ func lexTemplate(src string) (*lexed, error) {
 
 		switch t.Type {
 		case tokens.VariableBegin, tokens.BlockBegin:
-			inside, tag, forFilter, negated = true, "", false, false
+			inside, tag, forFilter, forIn, negated = true, "", false, false, false
 			nextGroup++
 			groups = append(groups[:0], group{id: nextGroup})
 			state = operandStart
@@ -135,7 +137,57 @@ func lexTemplate(src string) (*lexed, error) {
 			}
 		}
 
+		// and, or, not, in and is: keywords after an operand (a `not` only
+		// before `in`), names where an operand starts (a `not` the keyword).
+		switch {
+		case state == operandEnd && t.Type == tokens.Name:
+			switch t.Val {
+			case "and":
+				t.Type = tokens.And
+			case "or":
+				t.Type = tokens.Or
+			case "not":
+				t.Type = tokens.Not
+			case "in":
+				t.Type = tokens.In
+			case "is":
+				t.Type = tokens.Is
+			}
+		case state == operandStart:
+			switch {
+			case t.Type == tokens.In || t.Type == tokens.Is || t.Type == tokens.And || t.Type == tokens.Or:
+				t.Type = tokens.Name
+			case t.Type == tokens.Name && t.Val == "not":
+				t.Type = tokens.Not
+			}
+		}
+
 		switch t.Type {
+		case tokens.In, tokens.Not:
+			if state != operandEnd {
+				state = operandStart
+				break
+			}
+			if t.Type == tokens.In && tag == "for" && top && !forIn {
+				// The for tag's own, which gonja's for tag parses.
+				forIn = true
+				state = operandStart
+				break
+			}
+			if t.Type == tokens.Not {
+				if i+1 >= len(in) || !isKeyword(in[i+1], tokens.In, "in") {
+					return nil, syntaxErrorAt(t, "unexpected 'not'")
+				}
+				i++ // `not in`: one token
+				t.Val = "not in"
+			}
+			// A comparison operator to gonja.
+			t.Type = tokens.Equals
+			out.groups[t] = g.id
+			state = operandStart
+		case tokens.Equals, tokens.Ne, tokens.LowerThan, tokens.LowerThanOrEqual, tokens.GreaterThan, tokens.GreaterThanOrEqual:
+			out.groups[t] = g.id
+			state = operandStart
 		case tokens.Name:
 			switch {
 			case state == tagName:
@@ -203,7 +255,7 @@ func lexTemplate(src string) (*lexed, error) {
 		case tokens.Dot, tokens.Pipe:
 			state = nameOnly
 		default:
-			// Operators, separators, `in`, `and`, `not`.
+			// Operators, separators, `and`.
 			state = operandStart
 		}
 		emit(t)
