@@ -274,6 +274,25 @@ var grammarCorpus = []string{
 	// and, or, not, in, is: keywords or names by position
 	"{{ a in(1, 2) }}", "{{ a not in(1, 2) }}", "{{ not-a }}", "{{ a and(b) }}", "{{ a or(b) }}", "{{ a.in }}", "{{ a.not }}",
 	"{{ a.is }}", "{{ m.and is defined }}", "{{ in }}", "{{ in is defined }}", "{{ and is defined }}", "{{ a not b }}", "{{ a not }}",
+	// not not, adjacent strings
+	"{{ not not a }}", "{{ not not not a }}", "{{ not not abc }}", "{{ not not [] }}", "{{ not not a == 2 }}", "{{ not not not not 0 }}",
+	"{{ not not a and not not b }}", "{{ a and not not b }}", "{{ (not not a) ~ 'x' }}", "{% if not not a %}y{% endif %}",
+	"{{ 'a' 'b' }}", "{{ 'a' \"b\" 'c' }}", "{{ 'a' 'b' ~ 'c' }}", "{{ 'a\\n' 'b' }}", "{{ 'a\\'' 'b' }}", "{{ 'x' in 'a' 'x' }}",
+	"{{ l | join('a' 'b') }}", "{{ ('a' 'b') }}", "{{ ['a' 'b', 'c'] | join }}", "{{ {'a' 'b': 1} | list | join }}",
+	"{{ 'a' 'b' | upper }}", "{{ 'a' |upper 'b' }}", "{{ 'a' ~ ('b' if t) 'c' }}", "{{ 'ab' is eq 'a' 'b' }}", "{{ 'a'\n'b' }}",
+	// argument lists
+	"{{ dict(a or b = 1) | tojson }}", "{{ dict(a.b = 1) | tojson }}", "{{ dict(a=1, 2) | tojson }}", "{{ dict(a=1, a=2) | tojson }}",
+	"{{ dict(a=1, b=a) | tojson }}", "{{ dict(a=(b=1)) | tojson }}", "{{ f((a) = 1) }}", "{{ [a=1] }}", "{{ {'a'=1} }}", "{{ (a=1) }}",
+	"{{ dict(not=1) | list | join }}", "{{ dict(in=1, is=2) | list | join }}", "{{ dict(and=3, or=4) | list | join }}",
+	"{{ dict(else=6, if=5) | list | join }}", "{{ dict(a=1, b=2,) | length }}", "{{ dict(a=1 b=2) | length }}",
+	"{{ range(1, 2 3) | list }}", "{{ range(1 , 2,) | list | join }}", "{{ range(,) | list }}", "{{ range(1,,) | list }}",
+	"{{ {'a': 1,} | length }}", "{{ {,} | length }}", "{{ [1,] | length }}", "{{ (1,) | length }}",
+	"{{ l | join(d=1, d=2) }}", "{{ a is divisibleby(num=2, num=3) }}", "{{ range(3) | join('' 1) }}", "{{ range(3) | join(a b) }}",
+	"{{ range(3) | join(a if t else b) }}", "{{ range(3) | join(a and b) }}", "{{ range(3) | join(a not in l) }}",
+	"{{ range(3) | join(a is odd) }}", "{{ range(3) | join(a {}) }}",
+	"{% macro f(a=1, a=2) %}{{ a }}{% endmacro %}{{ f() }}", "{% macro f(a, a) %}{{ a }}{% endmacro %}{{ f(1, 2) }}",
+	"{% macro f(a=1, b) %}{{ a }}{% endmacro %}{{ f() }}", "{% macro f(a, b=2,) %}{{ a }}{{ b }}{% endmacro %}{{ f(1) }}", "{% macro f(a, b=2) %}{{ a }}{{ b }}{% endmacro %}{{ f(1,) }}",
+	"{% macro m(a, b=2) %}{{ a }}{{ b }}{% endmacro %}{{ m(b=3, a=1) }}", "{% macro m(a, b=2) %}{{ a }}{{ b }}{% endmacro %}{{ m(b=3, 1) }}",
 	// tests bind as tightly as filters: to the operand before is
 	"{{ 1 + 1 is odd }}", "{{ 2 * 3 is odd }}", "{{ -1 is odd }}", "{{ a ** 2 is odd }}", "{{ 2 ** a is even }}",
 	"{{ a is odd + 1 }}", "{{ a is odd < b }}", "{{ a is odd == b is odd }}", "{{ not a is odd }}", "{{ l[0] is odd ~ 'x' }}",
@@ -307,6 +326,7 @@ var knownDeviations = map[string]string{
 	"{{ -(-9223372036854775807 - 1) }}":          "Python has big integers; pav fails on 64-bit overflow",
 	"{{ dict({'a': 1}) | tojson }}":              "pav's dict() takes keyword arguments only",
 	"{{ dict(b=1, a=2) | list | join }}":         "Python dicts keep insertion order; pav's are Go maps and iterate in key order",
+	"{{ dict(in=1, is=2) | list | join }}":       "Python dicts keep insertion order; pav's are Go maps and iterate in key order",
 	"{#":                                         "Jinja ignores an unclosed comment at the end; pav reports it",
 	"{% if false %}{{ 1 | nosuch }}{% endif %}":  "Jinja 3 defers unknown filters in conditionals to run time; pav rejects them at load time",
 	"{% if false %}{{ 1 is nosuch }}{% endif %}": "Jinja 3 defers unknown tests in conditionals to run time; pav rejects them at load time",

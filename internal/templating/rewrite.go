@@ -44,6 +44,7 @@ type rewriter struct {
 	names     map[string]bool        // names referenced (for macros' varargs/kwargs)
 	groups    map[*tokens.Token]int  // bracket group of every or-typed token (condexpr.go)
 	testNames map[*tokens.Token]bool // the filter names that are tests, and whether negated (tokenpass.go)
+	nots      map[*tokens.Token]int  // a `not` standing for a run of them (tokenpass.go)
 }
 
 // maxNesting bounds expression and block nesting. The parser and this pass
@@ -166,10 +167,16 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 		if !rw.ident(c.macro.Location, c.macro.Name) {
 			return
 		}
+		params := map[string]bool{}
 		for _, kw := range c.macro.Kwargs {
 			if !rw.ident(kw.Key.Position(), kw.Key.Position().Val) {
 				return
 			}
+			if params[kw.Key.Position().Val] {
+				rw.fail(kw.Key.Position(), "duplicate argument '%s' in macro '%s'", kw.Key.Position().Val, c.macro.Name)
+				return
+			}
+			params[kw.Key.Position().Val] = true
 			if _, missing := kw.Value.(*nodes.Error); missing {
 				// A parameter the caller did not pass is Undefined in Jinja
 				// (gonja's strict mode makes the whole call fail).
@@ -384,7 +391,12 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		rw.callParts(n)
 		return n
 	case *nodes.Negation:
-		return filtered(rw.expr(n.Term), fNot)
+		e := filtered(rw.expr(n.Term), fNot)
+		for range rw.nots[n.Operator] - 1 {
+			// `not not x` (tokenpass.go)
+			e = filtered(e, fNot)
+		}
+		return e
 	case *nodes.UnaryExpression:
 		f := fPos
 		if n.Negative {

@@ -46,6 +46,8 @@ type lexed struct {
 	// tests maps the name token of every test (a filter's name to gonja) to
 	// whether it was negated (`is not`).
 	tests map[*tokens.Token]bool
+	// nots maps a `not` that stands for a run of n > 1 to n.
+	nots map[*tokens.Token]int
 }
 
 // Where the token before the current one left the expression.
@@ -63,6 +65,14 @@ const (
 // group is an open bracket group (or the top of a {{ … }} or {% … %}).
 type group struct {
 	id int
+	// call: the group is an argument list (a parenthesis after an operand,
+	// a filter's or a test's name).
+	call     bool
+	argStart bool            // at the start of an argument (after `(` or `,`)
+	first    *tokens.Token   // the current argument's first token
+	keywords map[string]bool // the keyword arguments so far
+	// signature: a macro's parameters, which take no trailing comma
+	signature bool
 }
 
 // lexTemplate lexes src for gonja's parser (see above).
@@ -71,8 +81,9 @@ func lexTemplate(src string) (*lexed, error) {
 	if err != nil {
 		return nil, err
 	}
+	in = joinStrings(in)
 	match := matchBrackets(in)
-	out := &lexed{groups: map[*tokens.Token]int{}, tests: map[*tokens.Token]bool{}}
+	out := &lexed{groups: map[*tokens.Token]int{}, tests: map[*tokens.Token]bool{}, nots: map[*tokens.Token]int{}}
 	var (
 		inside    bool    // in a {{ … }} or {% … %}
 		tag       string  // the tag's name; "" in {{ … }}
@@ -137,9 +148,42 @@ func lexTemplate(src string) (*lexed, error) {
 			}
 		}
 
+		// An argument list: each argument starts after `(` or `,`; a keyword
+		// argument is a name and `=` (any name: `f(if=1, not=2)`), and none
+		// may follow a keyword argument but another.
+		keyword := false // t names a keyword argument
+		if g.call && g.argStart && !isClosing(t) {
+			g.argStart, g.first = false, t
+			if isNameLike(t) && i+1 < len(in) && in[i+1].Type == tokens.Assign {
+				t.Type, keyword = tokens.Name, true
+				if g.keywords[t.Val] {
+					return nil, syntaxErrorAt(t, "keyword argument repeated: "+t.Val)
+				}
+				if g.keywords == nil {
+					g.keywords = map[string]bool{}
+				}
+				g.keywords[t.Val] = true
+			} else if len(g.keywords) > 0 {
+				return nil, syntaxErrorAt(t, "invalid syntax for function call expression")
+			}
+		}
+		if g.call && state == operandEnd {
+			// Two operands in a row: gonja's argument lists take them as
+			// two arguments.
+			switch {
+			case t.Type == tokens.String, t.Type == tokens.Integer, t.Type == tokens.Float, t.Type == tokens.LeftBrace,
+				t.Type == tokens.Name && t.Val != "if" && t.Val != "else" && keywordType(t.Val) == tokens.Name:
+				return nil, syntaxErrorAt(t, "expected token ',', got "+describeToken(t))
+			}
+		}
+		if t.Type == tokens.Assign && !top && !(g.call && i > 0 && in[i-1] == g.first && g.first.Type == tokens.Name) {
+			return nil, syntaxErrorAt(t, "expected token ',', got '='")
+		}
+
 		// and, or, not, in and is: keywords after an operand (a `not` only
 		// before `in`), names where an operand starts (a `not` the keyword).
 		switch {
+		case keyword:
 		case state == operandEnd && t.Type == tokens.Name:
 			switch t.Val {
 			case "and":
@@ -165,6 +209,16 @@ func lexTemplate(src string) (*lexed, error) {
 		switch t.Type {
 		case tokens.In, tokens.Not:
 			if state != operandEnd {
+				if t.Type == tokens.Not {
+					n := 1
+					for i+n < len(in) && isKeyword(in[i+n], tokens.Not, "not") {
+						n++
+					}
+					if n > 1 {
+						out.nots[t] = n
+						i += n - 1
+					}
+				}
 				state = operandStart
 				break
 			}
@@ -210,7 +264,7 @@ func lexTemplate(src string) (*lexed, error) {
 					closeAt[bareArgEnd(in, match, i+1)]++
 					emit(synthetic(tokens.LeftParenthesis, "(", next))
 					nextGroup++
-					groups = append(groups, group{id: nextGroup})
+					groups = append(groups, group{id: nextGroup, call: true})
 					state = bareArg
 				}
 				continue
@@ -234,7 +288,8 @@ func lexTemplate(src string) (*lexed, error) {
 			state = operandEnd
 		case tokens.LeftParenthesis, tokens.LeftBracket, tokens.LeftBrace:
 			nextGroup++
-			groups = append(groups, group{id: nextGroup})
+			call := t.Type == tokens.LeftParenthesis && state == operandEnd
+			groups = append(groups, group{id: nextGroup, call: call, argStart: call, signature: call && top && tag == "macro"})
 			state = operandStart
 		case tokens.RightParenthesis, tokens.RightBracket, tokens.RightBrace:
 			if len(groups) > 1 {
@@ -254,6 +309,18 @@ func lexTemplate(src string) (*lexed, error) {
 			state = operandStart
 		case tokens.Dot, tokens.Pipe:
 			state = nameOnly
+		case tokens.Comma:
+			g.argStart = g.call
+			if g.signature && i+1 < len(in) && in[i+1].Type == tokens.RightParenthesis {
+				return nil, syntaxErrorAt(in[i+1], "expected token 'name', got ')'")
+			}
+			if state == operandEnd && i+1 < len(in) && (g.call && !g.signature && in[i+1].Type == tokens.RightParenthesis || in[i+1].Type == tokens.RightBrace) {
+				// A trailing comma, which Jinja allows in argument lists
+				// (not a macro's parameters) and dicts, and gonja does not.
+				state = operandStart
+				continue
+			}
+			state = operandStart
 		default:
 			// Operators, separators, `and`.
 			state = operandStart
@@ -261,6 +328,70 @@ func lexTemplate(src string) (*lexed, error) {
 		emit(t)
 	}
 	return out, nil
+}
+
+// joinStrings joins adjacent string tokens inside expressions, as Jinja's
+// parse_primary joins adjacent strings. gonja's parser takes a string
+// token's value through Go's unquoting (\n is a line break); the joined
+// value reads as the two did, since no string token's value ends with a
+// backslash (gonja's lexer reads a backslash before the closing quote as
+// escaping it).
+func joinStrings(toks []*tokens.Token) []*tokens.Token {
+	out := toks[:0]
+	inside := false
+	for _, t := range toks {
+		switch t.Type {
+		case tokens.VariableBegin, tokens.BlockBegin:
+			inside = true
+		case tokens.VariableEnd, tokens.BlockEnd:
+			inside = false
+		case tokens.String:
+			if prev := out[len(out)-1]; inside && prev.Type == tokens.String {
+				joined := *prev
+				joined.Val += t.Val
+				out[len(out)-1] = &joined
+				continue
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// isClosing reports whether t closes a bracket group.
+func isClosing(t *tokens.Token) bool {
+	return t.Type == tokens.RightParenthesis || t.Type == tokens.RightBracket || t.Type == tokens.RightBrace
+}
+
+// keywordType is the type gonja's lexer gives the keyword name when a space
+// follows it (Name for other names).
+func keywordType(name string) tokens.Type {
+	switch name {
+	case "in":
+		return tokens.In
+	case "is":
+		return tokens.Is
+	case "not":
+		return tokens.Not
+	case "and":
+		return tokens.And
+	case "or":
+		return tokens.Or
+	}
+	return tokens.Name
+}
+
+// describeToken names t as Jinja's error messages do.
+func describeToken(t *tokens.Token) string {
+	switch t.Type {
+	case tokens.String:
+		return "'string'"
+	case tokens.Integer:
+		return "'integer'"
+	case tokens.Float:
+		return "'float'"
+	}
+	return "'" + t.Val + "'"
 }
 
 // synthetic is a token pav adds, placed at at.
