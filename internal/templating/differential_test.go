@@ -307,6 +307,19 @@ var grammarCorpus = []string{
 	"{{ a is odd is even }}", "{{ a is not none is none }}", "{{ a is number is number }}", "{{ a is not not odd }}",
 	"{{ 1 if a is defined if b }}", "{{ a is defined else 'n' }}", "{{ a is sameas -1 }}", "{{ a is }}", "{{ a is ( }}",
 	"{{ a is 'x' }}", "{{ is }}", "{% filter upper is odd %}x{% endfilter %}",
+	// the comparison tests compare as the operators do
+	"{{ 'a' is lt 3 }}", "{{ 'a' is eq 3 }}", "{{ 1 is eq 1.0 }}", "{{ abc is eq 1 }}", "{{ abc is lt 1 }}", "{{ a is gt 2 }}",
+	"{{ a is le 2 }}", "{{ a is ne 2 }}", "{{ a is equalto 2 }}", "{{ a is lessthan 3 }}", "{{ a is greaterthan 3 }}",
+	"{{ [1] is eq [1] }}", "{{ a is eq }}", "{{ a is eq(1, 2) }}", "{{ none is lt 1 }}", "{{ l | select('lt', 2) | join }}",
+	"{{ l | select('<', 2) | join }}", "{{ l | reject('eq', 1) | join }}",
+	// a test takes the arguments Jinja's does
+	"{{ a is defined(1) }}", "{{ a is defined in -1 }}", "{{ a is divisibleby(num=2) }}", "{{ a is divisibleby(n=2) }}",
+	"{{ a is divisibleby(2, num=2) }}", "{{ a is divisibleby }}", "{{ a is sameas(other=a) }}", "{{ a is in(seq=l) }}",
+	"{{ a is eq(b=2) }}", "{{ a is odd(x=1) }}", "{{ a is number(1) }}", "{{ l | select('divisibleby', 3) | join }}",
+	"{{ a is escaped }}", "{{ '<' | safe is escaped }}", "{{ '<' | e is escaped }}", "{{ 'upper' is filter }}", "{{ 'pav:var' is filter }}",
+	"{{ 'nosuch' is filter }}", "{{ 1 is filter }}", "{{ [1] is filter }}", "{{ 'odd' is test }}", "{{ 'in' is test }}", "{{ none is test }}",
+	"{{ abc is test }}", "{{ a is callable }}", "{{ a is boolean }}", "{{ a is integer }}", "{{ a is float }}", "{{ a is true }}",
+	"{{ a is iterable }}",
 }
 
 // knownDeviations are templates whose result differs from PaV's on purpose

@@ -417,6 +417,13 @@ func init() {
 		"defined": testDefined, "undefined": testUndefined, "none": testNone, "in": testIn,
 		"odd": modTest(2, 1), "even": modTest(2, 0), "divisibleby": modTest(0, 0),
 		"number": testNumber, "sequence": testSequence,
+		"eq": compareTest("=="), "equalto": compareTest("=="), "==": compareTest("=="),
+		"ne": compareTest("!="), "!=": compareTest("!="),
+		"lt": compareTest("<"), "lessthan": compareTest("<"), "<": compareTest("<"),
+		"le": compareTest("<="), "<=": compareTest("<="),
+		"gt": compareTest(">"), "greaterthan": compareTest(">"), ">": compareTest(">"),
+		"ge": compareTest(">="), ">=": compareTest(">="),
+		"escaped": testEscaped, "filter": nameTest(filters.Exists), "test": nameTest(tests.Exists),
 	} {
 		_ = tests.Replace(name, t)
 	}
