@@ -143,8 +143,13 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 		}
 		rw.callParts(c.Call)
 		rw.wrapper(c.Body)
-	case *controlStructures.AutoescapeControlStructure:
-		rw.wrapper(c.Wrapper)
+	case *autoescapeControl:
+		if !constantOnly(c.expr) {
+			rw.fail(c.location, "pav takes only a constant autoescape value (literals and operators): Jinja escapes constant output by the value it has at compile time, which it knows only for those")
+			return
+		}
+		c.expr = rw.expr(c.expr)
+		rw.wrapper(c.body)
 	case *controlStructures.BlockControlStructure, *controlStructures.RawControlStructure:
 		// A block's body is in Template.Blocks; raw has no expressions.
 	case *setControl:
@@ -206,6 +211,44 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 	default:
 		rw.fail(block.Location, "unsupported tag '%s'", block.Name)
 	}
+}
+
+// constantOnly reports whether e is made of literals and operators only,
+// which Jinja folds into a constant at compile time (as_const).
+func constantOnly(e nodes.Expression) bool {
+	switch n := e.(type) {
+	case *nodes.None, *nodes.String, *nodes.Integer, *nodes.Float, *nodes.Bool:
+		return true
+	case *nodes.Name:
+		return n.Name.Val == "none"
+	case *nodes.List:
+		return allConstant(n.Val)
+	case *nodes.Tuple:
+		return allConstant(n.Val)
+	case *nodes.Dict:
+		for _, p := range n.Pairs {
+			if !constantOnly(p.Key) || !constantOnly(p.Value) {
+				return false
+			}
+		}
+		return true
+	case *nodes.Negation:
+		return constantOnly(n.Term)
+	case *nodes.UnaryExpression:
+		return constantOnly(n.Term)
+	case *nodes.BinaryExpression:
+		return constantOnly(n.Left) && constantOnly(n.Right)
+	}
+	return false
+}
+
+func allConstant(es []nodes.Expression) bool {
+	for _, e := range es {
+		if !constantOnly(e) {
+			return false
+		}
+	}
+	return true
 }
 
 // Note: texts for messages are always taken before rw.expr, which rewrites

@@ -430,7 +430,7 @@ func init() {
 
 	// Jinja 3's built-in tags, minus those that load templates. do, break,
 	// continue and trans are extensions Jinja does not enable by default.
-	for _, name := range []string{"if", "for", "raw", "autoescape", "block", "call"} {
+	for _, name := range []string{"if", "for", "raw", "block", "call"} {
 		p, ok := controlStructures.All.Get(name)
 		if !ok {
 			panic("gonja has no " + name + " tag")
@@ -441,6 +441,7 @@ func init() {
 	_ = controls.Register("with", parseWith)
 	_ = controls.Register("filter", parseFilterBlock)
 	_ = controls.Register("macro", parseMacro)
+	_ = controls.Register("autoescape", parseAutoescape)
 	for _, name := range []string{"include", "import", "from", "extends"} {
 		_ = controls.Register(name, refuse(name))
 	}
