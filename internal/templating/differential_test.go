@@ -274,7 +274,9 @@ var grammarCorpus = []string{
 	// and, or, not, in, is: keywords or names by position
 	"{{ a in(1, 2) }}", "{{ a not in(1, 2) }}", "{{ not-a }}", "{{ a and(b) }}", "{{ a or(b) }}", "{{ a.in }}", "{{ a.not }}",
 	"{{ a.is }}", "{{ m.and is defined }}", "{{ in }}", "{{ in is defined }}", "{{ and is defined }}", "{{ a not b }}", "{{ a not }}",
-	// not not, adjacent strings
+	// not not, - -x, adjacent strings
+	"{{ - -a }}", "{{ -+-a }}", "{{ - - a | string }}", "{{ 1 - -a }}", "{{ 1 - - -a }}", "{{ - -s }}", "{{ a * - -1 }}", "{{ --a }}",
+	"{{ - - - - 2.5 }}", "{{ +-+none }}",
 	"{{ not not a }}", "{{ not not not a }}", "{{ not not abc }}", "{{ not not [] }}", "{{ not not a == 2 }}", "{{ not not not not 0 }}",
 	"{{ not not a and not not b }}", "{{ a and not not b }}", "{{ (not not a) ~ 'x' }}", "{% if not not a %}y{% endif %}",
 	"{{ 'a' 'b' }}", "{{ 'a' \"b\" 'c' }}", "{{ 'a' 'b' ~ 'c' }}", "{{ 'a\\n' 'b' }}", "{{ 'a\\'' 'b' }}", "{{ 'x' in 'a' 'x' }}",

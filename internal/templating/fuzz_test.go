@@ -147,11 +147,11 @@ func FuzzEvaluateString(f *testing.F) {
 // by the fuzzer's bytes: numbers, strings (adjacent ones too), names of a
 // fixed context (and an undefined one), ~ + - * / // %, chained
 // comparisons with `in` and `not in` among them, and/or/not (`not not`
-// too), parentheses, filters, tests (after arithmetic, with and without
-// arguments, negated), subscripts, list and dict literals, and conditional
-// expressions with and without else, placed in {{ … }}, set, if, for
-// filters, macro defaults and filter arguments, with line breaks and tabs
-// between tokens. Both must succeed with equal values or both fail. One
+// too), unary signs (`- -x` too), parentheses, filters, tests (after
+// arithmetic, with and without arguments, negated), subscripts, list and
+// dict literals, and conditional expressions with and without else, placed
+// in {{ … }}, set, if, for filters, macro defaults and filter arguments,
+// with line breaks and tabs between tokens. Both must succeed with equal values or both fail. One
 // Python process per fuzzing process answers every input (a line of JSON
 // each way); without a python3 that has jinja2 and yaml the target is
 // skipped (except in CI, as TestDifferentialPaV).
@@ -321,7 +321,7 @@ func (g *exprGen) expr(min, depth int) string {
 		}
 		s, level = g.expr(lvMul, depth-1)+" "+op+" "+right, lvMul
 	case 10:
-		s, level = "-"+g.expr(lvPrimary, depth-1), lvUnary
+		s, level = g.one("-", "- -", "-+", "+")+g.expr(lvPrimary, depth-1), lvUnary
 	case 11: // filters apply to a unary expression: -x | f is f(-x)
 		base := g.expr(lvUnary, depth-1)
 		switch g.pick(6) {

@@ -41,10 +41,11 @@ type rewriter struct {
 	err       error
 	wrappers  map[*nodes.Wrapper]bool
 	depth     int
-	names     map[string]bool        // names referenced (for macros' varargs/kwargs)
-	groups    map[*tokens.Token]int  // bracket group of every or-typed token (condexpr.go)
-	testNames map[*tokens.Token]bool // the filter names that are tests, and whether negated (tokenpass.go)
-	nots      map[*tokens.Token]int  // a `not` standing for a run of them (tokenpass.go)
+	names     map[string]bool          // names referenced (for macros' varargs/kwargs)
+	groups    map[*tokens.Token]int    // bracket group of every or-typed token (condexpr.go)
+	testNames map[*tokens.Token]bool   // the filter names that are tests, and whether negated (tokenpass.go)
+	nots      map[*tokens.Token]int    // a `not` standing for a run of them (tokenpass.go)
+	signs     map[*tokens.Token][]bool // a unary sign standing for a run of them (tokenpass.go)
 }
 
 // maxNesting bounds expression and block nesting. The parser and this pass
@@ -441,12 +442,19 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		}
 		return e
 	case *nodes.UnaryExpression:
-		f := fPos
-		if n.Negative {
-			f = fNeg
+		sign := func(negative bool) string {
+			if negative {
+				return fNeg
+			}
+			return fPos
 		}
 		text := strNode(n.Operator, exprText(n.Term))
-		return filtered(rw.expr(n.Term), f, text)
+		e := rw.expr(n.Term)
+		inner := rw.signs[n.Operator] // `- -x` (tokenpass.go), innermost last
+		for i := len(inner) - 1; i >= 0; i-- {
+			e = filtered(e, sign(inner[i]), text)
+		}
+		return filtered(e, sign(n.Negative), text)
 	case *nodes.BinaryExpression:
 		tok := n.Operator.Token
 		switch tok.Type {

@@ -613,7 +613,7 @@ func parse(src string) (tpl *exec.Template, err error) {
 		return nil, syntaxError(err)
 	}
 	*tpl.Root() = *root
-	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}, groups: lexed.groups, testNames: lexed.tests, nots: lexed.nots}
+	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}, groups: lexed.groups, testNames: lexed.tests, nots: lexed.nots, signs: lexed.signs}
 	if err := rw.template(tpl.Root()); err != nil {
 		return nil, err
 	}

@@ -48,6 +48,9 @@ type lexed struct {
 	tests map[*tokens.Token]bool
 	// nots maps a `not` that stands for a run of n > 1 to n.
 	nots map[*tokens.Token]int
+	// signs maps a unary sign that stands for a run of them to the others,
+	// in order (whether each is a minus).
+	signs map[*tokens.Token][]bool
 }
 
 // Where the token before the current one left the expression.
@@ -83,7 +86,7 @@ func lexTemplate(src string) (*lexed, error) {
 	}
 	in = joinStrings(in)
 	match := matchBrackets(in)
-	out := &lexed{groups: map[*tokens.Token]int{}, tests: map[*tokens.Token]bool{}, nots: map[*tokens.Token]int{}}
+	out := &lexed{groups: map[*tokens.Token]int{}, tests: map[*tokens.Token]bool{}, nots: map[*tokens.Token]int{}, signs: map[*tokens.Token][]bool{}}
 	var (
 		inside    bool    // in a {{ … }} or {% … %}
 		tag       string  // the tag's name; "" in {{ … }}
@@ -306,6 +309,17 @@ func lexTemplate(src string) (*lexed, error) {
 			}
 		case tokens.Or:
 			out.groups[t] = g.id
+			state = operandStart
+		case tokens.Addition, tokens.Subtraction:
+			if state != operandEnd {
+				// Unary: gonja's parser takes one sign before an operand.
+				n := 1
+				for i+n < len(in) && (in[i+n].Type == tokens.Addition || in[i+n].Type == tokens.Subtraction) {
+					out.signs[t] = append(out.signs[t], in[i+n].Val == "-")
+					n++
+				}
+				i += n - 1
+			}
 			state = operandStart
 		case tokens.Dot, tokens.Pipe:
 			state = nameOnly
