@@ -105,6 +105,8 @@ func FuzzEvaluateString(f *testing.F) {
 		"{% set yaml = true %}a: &x [1, on]\nb: *x\nc: {<<: {d: 012}}", "{{ ' a b '.split() }}{{ s.rsplit(' ', 1) }}", "{{ l | min }}",
 		"{% macro f() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ f(1, k=2) }}", "{% for x in l if x %}{{ loop.previtem }}{% endfor %}",
 		"{{ 2.5 | round }}{{ s | wordcount }}{{ m | urlencode }}{{ l | join(attribute='x') }}", "{{ 'a' ~ undefined_name ~ none }}",
+		"{{ 'a' ~\n'b' }}{%\nif 0 < a < 3 in l %}x{% endif %}", "{{ 1 + a is odd }}{{ a is divisibleby 2 + 1 }}{{ a is not in l }}",
+		"{{ not not - -a }}{{ 'a' 'b' }}{{ dict(a=1,) }}{{ 'a' in 'b' ~ 'a' }}", "{% autoescape 1 %}{{ '<' }}{% endautoescape %}",
 	} {
 		f.Add(s)
 	}
