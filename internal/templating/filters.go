@@ -1019,6 +1019,31 @@ func nameTest(set func(string) bool) exec.TestFunction {
 	}
 }
 
+// sameasTest is Jinja's sameas, Python's `is`, where pav's values can tell:
+// every Undefined is a new object (`abc is sameas abc` is False), None,
+// True and False are singletons, and CPython caches the integers from -5 to
+// 256. Other values are gonja's identity (lists and dicts: the same
+// object).
+func sameasTest(gonjaSameas exec.TestFunction) exec.TestFunction {
+	return func(ctx *exec.Context, in *exec.Value, va *exec.VarArgs) (bool, error) {
+		other := va.Args[0]
+		ka, kb := kindOf(in), kindOf(other)
+		switch {
+		case ka == kUndefined || kb == kUndefined:
+			return false, nil
+		case ka == kNone || kb == kNone:
+			return ka == kb, nil
+		case ka == kBool || kb == kBool:
+			return ka == kb && truthy(in) == truthy(other), nil
+		case ka == kInt && kb == kInt:
+			a, _ := toInt(in)
+			b, _ := toInt(other)
+			return a == b && -5 <= a && a <= 256, nil
+		}
+		return gonjaSameas.(func(*exec.Context, *exec.Value, *exec.VarArgs) (bool, error))(ctx, in, va)
+	}
+}
+
 // testNumber: Python's bool is a number.
 func testNumber(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
 	k := kindOf(in)

@@ -424,6 +424,7 @@ func init() {
 		"gt": compareTest(">"), "greaterthan": compareTest(">"), ">": compareTest(">"),
 		"ge": compareTest(">="), ">=": compareTest(">="),
 		"escaped": testEscaped, "filter": nameTest(filters.Exists), "test": nameTest(tests.Exists),
+		"sameas": sameasTest(gonjaTest("sameas")),
 	} {
 		_ = tests.Replace(name, t)
 	}
@@ -481,6 +482,15 @@ func init() {
 	globals.Set("dict", globalDict)
 	globals.Set("namespace", globalNamespace)
 	globals.Set("get_pvc", globalGetPVC)
+}
+
+// gonjaTest is gonja's test of that name.
+func gonjaTest(name string) exec.TestFunction {
+	t, ok := builtins.Tests.Get(name)
+	if !ok {
+		panic("gonja has no test " + name)
+	}
+	return t
 }
 
 // gonjaFilters lists gonja v2.9.1's filters (FilterSet cannot be listed).
