@@ -360,7 +360,8 @@ func joinStrings(toks []*tokens.Token) []*tokens.Token {
 		case tokens.VariableEnd, tokens.BlockEnd:
 			inside = false
 		case tokens.String:
-			if prev := out[len(out)-1]; inside && prev.Type == tokens.String {
+			if n := len(out); inside && n > 0 && out[n-1].Type == tokens.String {
+				prev := out[n-1]
 				joined := *prev
 				joined.Val += t.Val
 				out[len(out)-1] = &joined
