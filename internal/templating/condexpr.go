@@ -22,16 +22,13 @@ import (
 //
 // What gonja does parse anywhere is an `or` chain, and Jinja's conditional
 // sits exactly one level below `or` in its grammar (parse_condexpr:
-// `or_expr ('if' or_expr ('else' condexpr)?)*`). So pav lexes the source
-// with gonja's own lexer (exact for strings, comments, raw blocks and
-// brackets), re-types each `if` and `else` that Jinja would read as a
-// conditional's keyword as an `or` token (keeping its text), and gives the
-// tokens to gonja's parser. gonja then delimits the operands as Jinja does —
+// `or_expr ('if' or_expr ('else' condexpr)?)*`). So the token pass
+// (tokenpass.go) re-types each `if` and `else` that Jinja would read as a
+// conditional's keyword as an `or` token (keeping its text). gonja then delimits the operands as Jinja does —
 // everything that binds tighter than `or` — and returns a left-associative
 // `or` chain in which the keywords appear in source order. The rewrite pass
 // (orExpr) reads each chain back as Jinja's parse_condexpr does and builds
-// a lazily evaluated conditional (ternary). No other token changes, so
-// everything else parses exactly as before.
+// a lazily evaluated conditional (ternary).
 //
 // Which `if` and `else` are keywords: in Jinja's grammar they are names
 // wherever an operand may start (`{{ if }}`, `x.else`, `f(if=1)`, a test's
@@ -44,119 +41,8 @@ import (
 //
 // Parentheses must not be read through: `(a if b) else c` is a syntax error,
 // while gonja's tree for it looks like `a if b else c`. Every or-typed token
-// therefore carries the bracket group it was written in (condLex.groups),
+// therefore carries the bracket group it was written in (lexed.groups),
 // and a chain is only the links of one group.
-
-// condLex is the output of lexForConditionals.
-type condLex struct {
-	toks []*tokens.Token
-	// groups maps every or-typed token (`or`, and the re-typed `if` and
-	// `else`) to the bracket group it stands in: one number per {{ … }} or
-	// {% … %} and per pair of brackets inside them.
-	groups map[*tokens.Token]int
-}
-
-// Where the token before the current one left the expression.
-type lexState int
-
-const (
-	operandStart  lexState = iota // an operand may start here: if/else are names
-	operandEnd                    // after a complete operand: if/else are keywords
-	afterIs                       // after `is` or `is not`: the test's name comes
-	afterTestName                 // after a test's name: `if` is its argument, `else` a keyword
-	tagName                       // after {%: the tag's name comes
-)
-
-// lexForConditionals lexes src as gonja's parser would read it (the lexer's
-// tokens without whitespace), with the conditionals' keywords re-typed.
-func lexForConditionals(src string) condLex {
-	stream := tokens.LexAll(src, renderConfig)
-	out := condLex{groups: map[*tokens.Token]int{}}
-	var (
-		inside    bool   // in a {{ … }} or {% … %}
-		tag       string // the tag's name; "" in {{ … }}
-		groups    []int  // the open bracket groups, innermost last
-		nextGroup int
-		state     lexState
-		forFilter bool // the for tag's loop filter `if` was seen
-	)
-	for {
-		t := stream.Current()
-		out.toks = append(out.toks, t)
-		if t.Type == tokens.EOF || t.Type == tokens.Error {
-			return out
-		}
-		stream.Next()
-
-		switch t.Type {
-		case tokens.VariableBegin, tokens.BlockBegin:
-			inside, tag, forFilter = true, "", false
-			nextGroup++
-			groups = append(groups[:0], nextGroup)
-			state = operandStart
-			if t.Type == tokens.BlockBegin {
-				state = tagName
-			}
-			continue
-		case tokens.VariableEnd, tokens.BlockEnd:
-			inside = false
-			continue
-		}
-		if !inside {
-			continue
-		}
-		group := groups[len(groups)-1]
-
-		switch t.Type {
-		case tokens.Name:
-			switch {
-			case state == tagName:
-				tag, state = t.Val, operandStart
-			case (t.Val == "if" || t.Val == "else") && (state == operandEnd || state == afterTestName && t.Val == "else"):
-				state = operandStart
-				top := len(groups) == 1
-				if top && (tag == "if" || tag == "elif") {
-					break // Jinja refuses it, and so will gonja's if tag
-				}
-				if top && tag == "for" && t.Val == "if" && !forFilter {
-					forFilter = true
-					break // the loop filter
-				}
-				t.Type = tokens.Or
-				out.groups[t] = group
-			case state == afterIs:
-				state = afterTestName
-			default:
-				// A name, or a test's argument (`x is sameas if` takes the
-				// name `if` as its argument in Jinja, and in gonja).
-				state = operandEnd
-			}
-		case tokens.String, tokens.Integer, tokens.Float:
-			state = operandEnd
-		case tokens.LeftParenthesis, tokens.LeftBracket, tokens.LeftBrace:
-			nextGroup++
-			groups = append(groups, nextGroup)
-			state = operandStart
-		case tokens.RightParenthesis, tokens.RightBracket, tokens.RightBrace:
-			if len(groups) > 1 {
-				groups = groups[:len(groups)-1]
-			}
-			state = operandEnd
-		case tokens.Is:
-			state = afterIs
-		case tokens.Not:
-			if state != afterIs {
-				state = operandStart
-			}
-		case tokens.Or:
-			out.groups[t] = group
-			state = operandStart
-		default:
-			// Operators, separators, `.`, `|`, `in`, `and`.
-			state = operandStart
-		}
-	}
-}
 
 // isConditionalKeyword reports whether an or-typed token is a re-typed `if`
 // or `else` (the lexer's own `or` tokens read "or").

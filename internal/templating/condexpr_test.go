@@ -7,7 +7,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/tokens"
 )
 
-// TestConditionalKeywords checks which `if` and `else` lexForConditionals
+// TestConditionalKeywords checks which `if` and `else` the token pass
 // re-types as a conditional's keyword (shown upper-case): those after a
 // complete operand, except a test's argument and the top level of the if,
 // elif and for tags, which Jinja parses without conditionals.
@@ -17,10 +17,10 @@ func TestConditionalKeywords(t *testing.T) {
 		{"{{ (a ~ (b if c else d)) }}", "( a ~ ( b IF c ELSE d ) )"},
 		{"{{ if if if else else }}", "if IF if ELSE else"},
 		{"{{ x.if if f(if=1) else y.else }}", "x . if IF f ( if = 1 ) ELSE y . else"},
-		{"{{ x is sameas if }}", "x is sameas if"},
+		{"{{ x is sameas if }}", "x is sameas ( if )"},
 		{"{{ x is defined else y }}", "x is defined ELSE y"},
-		{"{{ x is not none if c }}", "x is not none if c"},
-		{"{{ x is divisibleby 3 if c }}", "x is divisibleby 3 IF c"},
+		{"{{ x is not none if c }}", "x is none ( if ) c"},
+		{"{{ x is divisibleby 3 if c }}", "x is divisibleby ( 3 ) IF c"},
 		{"{{ not if if c }}", "not if IF c"},
 		{"{{ 'if' if 1 else [] }}", "if IF 1 ELSE [ ]"},
 		{"{% if a if b else c %}{% elif (a if b) %}{% endif %}", "if a if b else c elif ( a IF b ) endif"},
@@ -30,7 +30,12 @@ func TestConditionalKeywords(t *testing.T) {
 		{"{# a if b #}{% raw %}{{ a if b }}{% endraw %}", "a if b raw {{ a if b }} endraw"},
 	} {
 		var got []string
-		for _, tok := range lexForConditionals(tc.tmpl).toks {
+		lx, err := lexTemplate(tc.tmpl)
+		if err != nil {
+			t.Errorf("%q: %v", tc.tmpl, err)
+			continue
+		}
+		for _, tok := range lx.toks {
 			switch {
 			case isConditionalKeyword(tok):
 				got = append(got, strings.ToUpper(tok.Val))

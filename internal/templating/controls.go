@@ -243,6 +243,61 @@ func (w *withControl) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) 
 	return sub.ExecuteWrapper(w.body)
 }
 
+// ---- {% autoescape %} ----
+
+// autoescapeControl is Jinja's autoescape tag: any expression, whose truth
+// turns escaping on or off in its body. gonja's takes only the names true
+// and false.
+//
+// Jinja decides at compile time for constant output (`{{ '<' }}`) and at
+// run time for the rest when the tag's value is not a compile-time
+// constant: `{% autoescape t %}{{ '<' }}` does not escape, though t is
+// true. The rewrite pass therefore takes only expressions that Jinja
+// folds (literals and operators on them, see constantOnly), whose value is
+// then the same at compile and run time, and refuses the others.
+type autoescapeControl struct {
+	location *tokens.Token
+	expr     nodes.Expression
+	body     *nodes.Wrapper
+}
+
+func (a *autoescapeControl) Position() *tokens.Token { return a.location }
+func (a *autoescapeControl) String() string          { return "autoescape" }
+
+func parseAutoescape(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+	a := &autoescapeControl{location: args.Current()}
+	if args.End() {
+		return nil, args.Error("expected an expression after autoescape", args.Current())
+	}
+	expr, err := args.ParseExpression()
+	if err != nil {
+		return nil, err
+	}
+	if !args.End() {
+		return nil, args.Error("expected token 'end of statement block'", args.Current())
+	}
+	a.expr = expr
+	wrapper, endargs, err := p.WrapUntil("endautoescape")
+	if err != nil {
+		return nil, err
+	}
+	if !endargs.End() {
+		return nil, endargs.Error("endautoescape takes no arguments", endargs.Current())
+	}
+	a.body = wrapper
+	return a, nil
+}
+
+func (a *autoescapeControl) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	v := r.Eval(a.expr)
+	if v.IsError() {
+		return v
+	}
+	sub := r.Inherit()
+	sub.Config.AutoEscape = truthy(v)
+	return sub.ExecuteWrapper(a.body)
+}
+
 // ---- {% filter %} ----
 
 type filterControl struct {
@@ -330,6 +385,10 @@ func (m *macroControl) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock)
 		return err
 	}
 	name := m.macro.Name
+	// A macro's output is safe (Markup) in Jinja only when it was defined
+	// with escaping on; gonja's always is, so that `{% autoescape true %}`
+	// did not escape a macro defined outside it.
+	escaping := r.Config.AutoEscape
 	guarded := exec.Macro(func(va *exec.VarArgs) *exec.Value {
 		st := stateOfContext(r.Environment.Context)
 		if st == nil {
@@ -340,7 +399,11 @@ func (m *macroControl) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock)
 		}
 		st.depth++
 		defer func() { st.depth-- }()
-		return fn(va)
+		v := fn(va)
+		if v.IsError() {
+			return v
+		}
+		return &exec.Value{Val: v.Val, Safe: escaping}
 	})
 	r.Environment.Context.Set(name, guarded)
 	return nil

@@ -34,6 +34,7 @@ const (
 	fPlain    = "pav:plain"
 	fBranch   = "pav:branch"
 	fTest     = "pav:test"
+	fCompare  = "pav:compare"
 )
 
 func strArg(va *exec.VarArgs, i int) string {
@@ -981,6 +982,68 @@ func modTest(divisor int64, want int64) exec.TestFunction {
 	}
 }
 
+// compareTest is Jinja's eq, ne, lt, le, gt and ge (operator.eq …), with
+// pav's comparisons: gonja's answer False where Python fails ('a' < 3).
+func compareTest(op string) exec.TestFunction {
+	return func(_ *exec.Context, in *exec.Value, va *exec.VarArgs) (bool, error) {
+		if len(va.Args) != 1 || len(va.KwArgs) != 0 {
+			return false, fmt.Errorf("the test takes one argument")
+		}
+		r, err := binaryOp(op, in, va.Args[0], "", "")
+		if err != nil {
+			return false, err
+		}
+		return truthy(r), nil
+	}
+}
+
+// testEscaped is Jinja's: a safe string (Markup) is escaped. gonja's
+// escaped, filter and test tests always failed (they take ExpectNothing's
+// result, never nil, for an error).
+func testEscaped(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+	return kindOf(in) == kStr && in.Safe, nil
+}
+
+// nameTest is Jinja's filter and test tests: whether the value names a
+// filter (or test) of the environment, a dict lookup in Python.
+func nameTest(set func(string) bool) exec.TestFunction {
+	return func(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+		switch kindOf(in) {
+		case kList, kDict:
+			return false, fmt.Errorf("unhashable type: '%s'", typeName(in))
+		case kStr:
+			name := in.String()
+			return !strings.HasPrefix(name, "pav:") && set(name), nil
+		}
+		return false, nil
+	}
+}
+
+// sameasTest is Jinja's sameas, Python's `is`, where pav's values can tell:
+// every Undefined is a new object (`abc is sameas abc` is False), None,
+// True and False are singletons, and CPython caches the integers from -5 to
+// 256. Other values are gonja's identity (lists and dicts: the same
+// object).
+func sameasTest(gonjaSameas exec.TestFunction) exec.TestFunction {
+	return func(ctx *exec.Context, in *exec.Value, va *exec.VarArgs) (bool, error) {
+		other := va.Args[0]
+		ka, kb := kindOf(in), kindOf(other)
+		switch {
+		case ka == kUndefined || kb == kUndefined:
+			return false, nil
+		case ka == kNone || kb == kNone:
+			return ka == kb, nil
+		case ka == kBool || kb == kBool:
+			return ka == kb && truthy(in) == truthy(other), nil
+		case ka == kInt && kb == kInt:
+			a, _ := toInt(in)
+			b, _ := toInt(other)
+			return a == b && -5 <= a && a <= 256, nil
+		}
+		return gonjaSameas.(func(*exec.Context, *exec.Value, *exec.VarArgs) (bool, error))(ctx, in, va)
+	}
+}
+
 // testNumber: Python's bool is a number.
 func testNumber(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
 	k := kindOf(in)
@@ -1200,9 +1263,11 @@ func filterTest(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value
 		return in
 	}
 	name := strArg(va, 0)
-	args := &exec.VarArgs{Args: va.Args[1:], KwArgs: va.KwArgs}
+	args, err := testArgs(name, va.Args[1:], va.KwArgs)
+	if err != nil {
+		return stateOf(e).fail(err)
+	}
 	var ok bool
-	var err error
 	switch fn, _ := e.Environment.Tests.Get(name); fn := fn.(type) {
 	case func(*exec.Context, *exec.Value, *exec.VarArgs) (bool, error):
 		ok, err = fn(e.Environment.Context, in, args)
@@ -1215,6 +1280,36 @@ func filterTest(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value
 		return stateOf(e).fail(err)
 	}
 	return exec.AsValue(ok)
+}
+
+// testParams names the parameter of Jinja's tests that take an argument
+// besides the value (the comparison tests, Python's operator functions,
+// take one positionally only); the others take none.
+var testParams = map[string]string{
+	"divisibleby": "num", "sameas": "other", "in": "seq",
+	"eq": "", "equalto": "", "==": "", "ne": "", "!=": "", "lt": "", "lessthan": "", "<": "",
+	"le": "", "<=": "", "gt": "", "greaterthan": "", ">": "", "ge": "", ">=": "",
+}
+
+// testArgs checks a test's arguments as Python would call Jinja's (gonja's
+// tests ignore what they do not take: `x is defined(1)` answered), and
+// passes a keyword argument positionally.
+func testArgs(name string, args []*exec.Value, kwargs map[string]*exec.Value) (*exec.VarArgs, error) {
+	param, takesOne := testParams[name]
+	for k, v := range kwargs {
+		if !takesOne || k != param || param == "" || len(args) > 0 {
+			return nil, fmt.Errorf("test '%s' got an unexpected keyword argument '%s'", name, k)
+		}
+		args = []*exec.Value{v}
+	}
+	want := 0
+	if takesOne {
+		want = 1
+	}
+	if len(args) != want {
+		return nil, fmt.Errorf("test '%s' takes %d argument(s) besides the value (%d given)", name, want, len(args))
+	}
+	return &exec.VarArgs{Args: args, KwArgs: map[string]*exec.Value{}}, nil
 }
 
 // strFilter wraps a gonja string filter: Jinja's take str() of their input

@@ -105,6 +105,8 @@ func FuzzEvaluateString(f *testing.F) {
 		"{% set yaml = true %}a: &x [1, on]\nb: *x\nc: {<<: {d: 012}}", "{{ ' a b '.split() }}{{ s.rsplit(' ', 1) }}", "{{ l | min }}",
 		"{% macro f() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ f(1, k=2) }}", "{% for x in l if x %}{{ loop.previtem }}{% endfor %}",
 		"{{ 2.5 | round }}{{ s | wordcount }}{{ m | urlencode }}{{ l | join(attribute='x') }}", "{{ 'a' ~ undefined_name ~ none }}",
+		"{{ 'a' ~\n'b' }}{%\nif 0 < a < 3 in l %}x{% endif %}", "{{ 1 + a is odd }}{{ a is divisibleby 2 + 1 }}{{ a is not in l }}",
+		"{{ not not - -a }}{{ 'a' 'b' }}{{ dict(a=1,) }}{{ 'a' in 'b' ~ 'a' }}", "{% autoescape 1 %}{{ '<' }}{% endautoescape %}",
 	} {
 		f.Add(s)
 	}
@@ -144,14 +146,17 @@ func FuzzEvaluateString(f *testing.F) {
 
 // FuzzExpressionGrammar compares pav with Jinja2 (testdata/pav_reference.py,
 // as TestDifferentialPaV does) on expressions generated from a small grammar
-// by the fuzzer's bytes: numbers, strings, names of a fixed context (and an
-// undefined one), ~ + - * / // %, comparisons and `in`, and/or/not,
-// parentheses, filters, tests, subscripts, list and dict literals, and
-// conditional expressions with and without else, placed in {{ … }}, set, if,
-// for filters, macro defaults and filter arguments. Both must succeed with
-// equal values or both fail. One Python process per fuzzing process answers
-// every input (a line of JSON each way); without a python3 that has jinja2
-// and yaml the target is skipped (except in CI, as TestDifferentialPaV).
+// by the fuzzer's bytes: numbers, strings (adjacent ones too), names of a
+// fixed context (and an undefined one), ~ + - * / // %, chained
+// comparisons with `in` and `not in` among them, and/or/not (`not not`
+// too), unary signs (`- -x` too), parentheses, filters, tests (after
+// arithmetic, with and without arguments, negated), subscripts, list and
+// dict literals, and conditional expressions with and without else, placed
+// in {{ … }}, set, if, for filters, macro defaults and filter arguments,
+// with line breaks and tabs between tokens. Both must succeed with equal values or both fail. One
+// Python process per fuzzing process answers every input (a line of JSON
+// each way); without a python3 that has jinja2 and yaml the target is
+// skipped (except in CI, as TestDifferentialPaV).
 //
 //	go test -run '^$' -fuzz '^FuzzExpressionGrammar$' -fuzztime 3m ./internal/templating
 func FuzzExpressionGrammar(f *testing.F) {
@@ -224,6 +229,37 @@ const (
 const maxExprDepth = 4
 
 func (g *exprGen) template() string {
+	return g.spaces(g.statement())
+}
+
+// spaces replaces spaces outside the grammar's strings (which hold no
+// quote of the other kind nor escapes) with line breaks and tabs, as the
+// fuzzer's bytes say: Jinja skips any whitespace between tokens.
+func (g *exprGen) spaces(tmpl string) string {
+	if g.pick(3) == 0 {
+		return tmpl
+	}
+	var b strings.Builder
+	var quote byte
+	for i := 0; i < len(tmpl); i++ {
+		c := tmpl[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == ' ':
+			b.WriteString(g.one(" ", " ", "\n", "\n  ", "\t", "\n\n", "\r\n"))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func (g *exprGen) statement() string {
 	switch g.pick(8) {
 	case 1:
 		return "{% set v = " + g.expr(lvCond, maxExprDepth) + " %}{{ v }}"
@@ -242,13 +278,7 @@ func (g *exprGen) template() string {
 }
 
 // expr returns an expression that parses at level min or tighter: looser
-// ones are parenthesized (and some others, at random). Comparisons take
-// operands one level tighter, never another comparison: gonja chains
-// `a < b < c` left to right where Jinja means `a < b and b < c` (a
-// deviation of its own, not this grammar's subject); likewise `not not x`,
-// which gonja's parser refuses, is written `not (not x)`, and the right
-// operand of `in` is a primary (gonja parses `in` as a test, whose argument
-// is one: `'a' in 'b' ~ 'a'` is a syntax error).
+// ones are parenthesized (and some others, at random).
 func (g *exprGen) expr(min, depth int) string {
 	var s string
 	level := lvPrimary
@@ -271,15 +301,13 @@ func (g *exprGen) expr(min, depth int) string {
 		} else {
 			s, level = g.expr(lvAnd, depth-1)+" and "+g.expr(lvNot, depth-1), lvAnd
 		}
-	case 5: // `not not x` parenthesized: gonja's parser takes one not (a known deviation)
-		s, level = "not "+g.expr(lvCompare, depth-1), lvNot
-	case 6:
-		op := g.one("==", "!=", "<", "<=", ">", ">=", "in", "not in")
-		right := lvAdd
-		if strings.HasSuffix(op, "in") {
-			right = lvPrimary // gonja reads only a primary after in (a known deviation)
+	case 5: // not, not not
+		s, level = "not "+g.expr(lvNot, depth-1), lvNot
+	case 6: // comparisons, chained
+		s, level = g.expr(lvAdd, depth-1), lvCompare
+		for n := 0; n == 0 || n < 3 && g.pick(3) == 0; n++ {
+			s += " " + g.one("==", "!=", "<", "<=", ">", ">=", "in", "not in") + " " + g.expr(lvAdd, depth-1)
 		}
-		s, level = g.expr(lvAdd, depth-1)+" "+op+" "+g.expr(right, depth-1), lvCompare
 	case 7:
 		s, level = g.expr(lvAdd, depth-1)+" "+g.one("+", "-")+" "+g.expr(lvConcat, depth-1), lvAdd
 	case 8:
@@ -295,7 +323,7 @@ func (g *exprGen) expr(min, depth int) string {
 		}
 		s, level = g.expr(lvMul, depth-1)+" "+op+" "+right, lvMul
 	case 10:
-		s, level = "-"+g.expr(lvPrimary, depth-1), lvUnary
+		s, level = g.one("-", "- -", "-+", "+")+g.expr(lvPrimary, depth-1), lvUnary
 	case 11: // filters apply to a unary expression: -x | f is f(-x)
 		base := g.expr(lvUnary, depth-1)
 		switch g.pick(6) {
@@ -324,10 +352,11 @@ func (g *exprGen) expr(min, depth int) string {
 		default:
 			s = "[" + g.expr(lvCond, depth-1) + "][" + g.expr(lvCond, depth-1) + "]"
 		}
-	default: // tests, on a primary and in parentheses (gonja applies a test
-		// to the whole arithmetic expression before it, Jinja to the last
-		// operand: a known deviation, not this grammar's subject)
-		s = "(" + g.expr(lvPrimary, depth-1) + " is " + g.one("defined", "undefined", "none", "string", "number", "odd", "divisibleby 2") + ")"
+	default: // tests, which bind as filters do: `1 + x is odd` is 1 + (x is odd)
+		s = g.expr(lvUnary, depth-1) + " is " + g.one("", "not ") + g.one("defined", "undefined", "none", "string", "number",
+			"odd", "even", "divisibleby 2", "divisibleby(3)", "eq a", "ne 'a'", "lt 3", "in l", "in 'Ab c'", "sameas none",
+			"eq "+g.expr(lvPrimary, depth-1))
+		level = lvUnary
 	}
 	if level < min || depth > 0 && g.pick(10) == 0 {
 		s = "(" + s + ")"
@@ -337,7 +366,7 @@ func (g *exprGen) expr(min, depth int) string {
 
 func (g *exprGen) atom() string {
 	return g.one("a", "b", "z", "f", "s", "e", "t", "n", "l", "m", "u", "0", "1", "2", "3", "0.5", "2.5",
-		"''", "'a'", "'Ab c'", "true", "false", "none")
+		"''", "'a'", "'Ab c'", "true", "false", "none", "'A' \"b c\"", "'' 'a' ''")
 }
 
 // fuzzRef is a long-running testdata/pav_reference.py: one line of JSON in,

@@ -36,13 +36,16 @@ import (
 // Unknown filters and tests are reported here, at load time, as Jinja does
 // at compile time.
 type rewriter struct {
-	filters  *exec.FilterSet
-	tests    *exec.TestSet
-	err      error
-	wrappers map[*nodes.Wrapper]bool
-	depth    int
-	names    map[string]bool       // names referenced (for macros' varargs/kwargs)
-	groups   map[*tokens.Token]int // bracket group of every or-typed token (condexpr.go)
+	filters   *exec.FilterSet
+	tests     *exec.TestSet
+	err       error
+	wrappers  map[*nodes.Wrapper]bool
+	depth     int
+	names     map[string]bool          // names referenced (for macros' varargs/kwargs)
+	groups    map[*tokens.Token]int    // bracket group of every or-typed token (condexpr.go)
+	testNames map[*tokens.Token]bool   // the filter names that are tests, and whether negated (tokenpass.go)
+	nots      map[*tokens.Token]int    // a `not` standing for a run of them (tokenpass.go)
+	signs     map[*tokens.Token][]bool // a unary sign standing for a run of them (tokenpass.go)
 }
 
 // maxNesting bounds expression and block nesting. The parser and this pass
@@ -94,7 +97,7 @@ func (rw *rewriter) nodes(ns []nodes.Node) {
 			if n.Condition != nil || n.Alternative != nil {
 				// Conditionals reach gonja's parser as `or` chains
 				// (condexpr.go); its own top-level if would mean a keyword
-				// that lexForConditionals missed.
+				// that the token pass missed.
 				rw.fail(n.Start, "internal error: a conditional expression that pav did not rewrite")
 				return
 			}
@@ -141,8 +144,13 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 		}
 		rw.callParts(c.Call)
 		rw.wrapper(c.Body)
-	case *controlStructures.AutoescapeControlStructure:
-		rw.wrapper(c.Wrapper)
+	case *autoescapeControl:
+		if !constantOnly(c.expr) {
+			rw.fail(c.location, "pav takes only a constant autoescape value (literals and operators): Jinja escapes constant output by the value it has at compile time, which it knows only for those")
+			return
+		}
+		c.expr = rw.expr(c.expr)
+		rw.wrapper(c.body)
 	case *controlStructures.BlockControlStructure, *controlStructures.RawControlStructure:
 		// A block's body is in Template.Blocks; raw has no expressions.
 	case *setControl:
@@ -165,10 +173,16 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 		if !rw.ident(c.macro.Location, c.macro.Name) {
 			return
 		}
+		params := map[string]bool{}
 		for _, kw := range c.macro.Kwargs {
 			if !rw.ident(kw.Key.Position(), kw.Key.Position().Val) {
 				return
 			}
+			if params[kw.Key.Position().Val] {
+				rw.fail(kw.Key.Position(), "duplicate argument '%s' in macro '%s'", kw.Key.Position().Val, c.macro.Name)
+				return
+			}
+			params[kw.Key.Position().Val] = true
 			if _, missing := kw.Value.(*nodes.Error); missing {
 				// A parameter the caller did not pass is Undefined in Jinja
 				// (gonja's strict mode makes the whole call fail).
@@ -198,6 +212,44 @@ func (rw *rewriter) control(block *nodes.ControlStructureBlock) {
 	default:
 		rw.fail(block.Location, "unsupported tag '%s'", block.Name)
 	}
+}
+
+// constantOnly reports whether e is made of literals and operators only,
+// which Jinja folds into a constant at compile time (as_const).
+func constantOnly(e nodes.Expression) bool {
+	switch n := e.(type) {
+	case *nodes.None, *nodes.String, *nodes.Integer, *nodes.Float, *nodes.Bool:
+		return true
+	case *nodes.Name:
+		return n.Name.Val == "none"
+	case *nodes.List:
+		return allConstant(n.Val)
+	case *nodes.Tuple:
+		return allConstant(n.Val)
+	case *nodes.Dict:
+		for _, p := range n.Pairs {
+			if !constantOnly(p.Key) || !constantOnly(p.Value) {
+				return false
+			}
+		}
+		return true
+	case *nodes.Negation:
+		return constantOnly(n.Term)
+	case *nodes.UnaryExpression:
+		return constantOnly(n.Term)
+	case *nodes.BinaryExpression:
+		return constantOnly(n.Left) && constantOnly(n.Right)
+	}
+	return false
+}
+
+func allConstant(es []nodes.Expression) bool {
+	for _, e := range es {
+		if !constantOnly(e) {
+			return false
+		}
+	}
+	return true
 }
 
 // Note: texts for messages are always taken before rw.expr, which rewrites
@@ -245,8 +297,42 @@ func isIdentifier(s string) bool {
 	return s != ""
 }
 
+// filtersAndTests rewrites a chain of filters and tests: each test (a
+// filter call to gonja, see tokenpass.go) becomes pav:test, followed by
+// pav:not when negated. Through pav:test, because gonja applies a test to
+// an error value and answers: `(x + 'a') is defined` was True.
+func (rw *rewriter) filtersAndTests(fcs []*nodes.FilterCall) []*nodes.FilterCall {
+	out := make([]*nodes.FilterCall, 0, len(fcs))
+	for _, fc := range fcs {
+		negated, isTest := rw.testNames[fc.Token]
+		if !isTest {
+			rw.filterCalls([]*nodes.FilterCall{fc})
+			out = append(out, fc)
+			continue
+		}
+		if !rw.tests.Exists(fc.Name) {
+			rw.fail(fc.Token, "no test named '%s'", fc.Name)
+			return fcs
+		}
+		rw.exprs(fc.Args)
+		rw.kwargs(fc.Kwargs)
+		args := append([]nodes.Expression{strNode(fc.Token, fc.Name)}, fc.Args...)
+		out = append(out, &nodes.FilterCall{Token: fc.Token, Name: fTest, Args: args, Kwargs: fc.Kwargs})
+		if negated {
+			out = append(out, &nodes.FilterCall{Token: fc.Token, Name: fNot, Kwargs: map[string]nodes.Expression{}})
+		}
+	}
+	return out
+}
+
+// filterCalls checks and rewrites the arguments of a chain of filters (a
+// filter tag's, where Jinja takes no test).
 func (rw *rewriter) filterCalls(fcs []*nodes.FilterCall) {
 	for _, fc := range fcs {
+		if _, isTest := rw.testNames[fc.Token]; isTest {
+			rw.fail(fc.Token, "expected token 'end of statement block', got 'is'")
+			return
+		}
 		if !rw.filters.Exists(fc.Name) || strings.HasPrefix(fc.Name, "pav:") {
 			rw.fail(fc.Token, "no filter named '%s'", fc.Name)
 			return
@@ -349,20 +435,34 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		rw.callParts(n)
 		return n
 	case *nodes.Negation:
-		return filtered(rw.expr(n.Term), fNot)
+		e := filtered(rw.expr(n.Term), fNot)
+		for range rw.nots[n.Operator] - 1 {
+			// `not not x` (tokenpass.go)
+			e = filtered(e, fNot)
+		}
+		return e
 	case *nodes.UnaryExpression:
-		f := fPos
-		if n.Negative {
-			f = fNeg
+		sign := func(negative bool) string {
+			if negative {
+				return fNeg
+			}
+			return fPos
 		}
 		text := strNode(n.Operator, exprText(n.Term))
-		return filtered(rw.expr(n.Term), f, text)
+		e := rw.expr(n.Term)
+		inner := rw.signs[n.Operator] // `- -x` (tokenpass.go), innermost last
+		for i := len(inner) - 1; i >= 0; i-- {
+			e = filtered(e, sign(inner[i]), text)
+		}
+		return filtered(e, sign(n.Negative), text)
 	case *nodes.BinaryExpression:
 		tok := n.Operator.Token
 		switch tok.Type {
 		case tokens.Or:
 			// Also the conditionals' keywords (condexpr.go).
 			return rw.orExpr(n)
+		case tokens.Equals, tokens.Ne, tokens.LowerThan, tokens.LowerThanOrEqual, tokens.GreaterThan, tokens.GreaterThanOrEqual:
+			return rw.compare(n)
 		case tokens.And:
 			// Kept: gonja's and/or are lazy and return an operand, as in
 			// Python; Undefined operands are falsy values, not errors.
@@ -379,19 +479,14 @@ func (rw *rewriter) expr(e nodes.Expression) nodes.Expression {
 		return filtered(rw.expr(n.Left), fBinop, strNode(tok, op), rw.expr(n.Right), leftText, rightText)
 	case *nodes.FilteredExpression:
 		n.Expression = rw.expr(n.Expression)
-		rw.filterCalls(n.Filters)
+		n.Filters = rw.filtersAndTests(n.Filters)
 		return n
 	case *nodes.TestExpression:
-		if !rw.tests.Exists(n.Test.Name) {
-			rw.fail(n.Test.Token, "no test named '%s'", n.Test.Name)
-			return n
-		}
-		// Through pav:test, because gonja applies a test to an error value
-		// and answers: `(x + 'a') is defined` was True.
-		rw.exprs(n.Test.Args)
-		rw.kwargs(n.Test.Kwargs)
-		args := append([]nodes.Expression{strNode(n.Test.Token, n.Test.Name)}, n.Test.Args...)
-		return filteredCall(rw.expr(n.Expression), &nodes.FilterCall{Token: n.Test.Token, Name: fTest, Args: args, Kwargs: n.Test.Kwargs})
+		// Tests reach gonja's parser as filters, and in and not in as
+		// comparisons (tokenpass.go); its own test would mean an `is`, `in`
+		// or `not` the token pass missed.
+		rw.fail(n.Test.Token, "internal error: a test that pav did not rewrite")
+		return n
 	}
 	rw.fail(e.Position(), "unsupported expression %s", e)
 	return e

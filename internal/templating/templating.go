@@ -404,7 +404,7 @@ func init() {
 		fVar: filterVar, fUndef: filterUndef, fGetattr: filterGetattr, fGetitem: filterGetitem,
 		fMethod: filterMethod, fCallable: filterCallable, fBinop: filterBinop, fNot: filterNot,
 		fNeg: filterUnary(true), fPos: filterUnary(false), fBool: filterBool,
-		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain, fBranch: filterBranch, fTest: filterTest,
+		fIterable: filterIterable, fFinalize: filterFinalize, fForCond: filterForCond, fPlain: filterPlain, fBranch: filterBranch, fTest: filterTest, fCompare: filterCompare,
 		"tobash": filterToBash, "tojson": filterToJSON, "default": filterDefault, "d": filterDefault,
 		"string": filterString, "reverse": filterReverse, "attr": filterAttr, "format": filterFormat,
 		"wordcount": filterWordcount, "center": filterCenter, "urlencode": filterURLEncode, "round": filterRound,
@@ -417,13 +417,21 @@ func init() {
 		"defined": testDefined, "undefined": testUndefined, "none": testNone, "in": testIn,
 		"odd": modTest(2, 1), "even": modTest(2, 0), "divisibleby": modTest(0, 0),
 		"number": testNumber, "sequence": testSequence,
+		"eq": compareTest("=="), "equalto": compareTest("=="), "==": compareTest("=="),
+		"ne": compareTest("!="), "!=": compareTest("!="),
+		"lt": compareTest("<"), "lessthan": compareTest("<"), "<": compareTest("<"),
+		"le": compareTest("<="), "<=": compareTest("<="),
+		"gt": compareTest(">"), "greaterthan": compareTest(">"), ">": compareTest(">"),
+		"ge": compareTest(">="), ">=": compareTest(">="),
+		"escaped": testEscaped, "filter": nameTest(filters.Exists), "test": nameTest(tests.Exists),
+		"sameas": sameasTest(gonjaTest("sameas")),
 	} {
 		_ = tests.Replace(name, t)
 	}
 
 	// Jinja 3's built-in tags, minus those that load templates. do, break,
 	// continue and trans are extensions Jinja does not enable by default.
-	for _, name := range []string{"if", "for", "raw", "autoescape", "block", "call"} {
+	for _, name := range []string{"if", "for", "raw", "block", "call"} {
 		p, ok := controlStructures.All.Get(name)
 		if !ok {
 			panic("gonja has no " + name + " tag")
@@ -434,6 +442,7 @@ func init() {
 	_ = controls.Register("with", parseWith)
 	_ = controls.Register("filter", parseFilterBlock)
 	_ = controls.Register("macro", parseMacro)
+	_ = controls.Register("autoescape", parseAutoescape)
 	for _, name := range []string{"include", "import", "from", "extends"} {
 		_ = controls.Register(name, refuse(name))
 	}
@@ -473,6 +482,15 @@ func init() {
 	globals.Set("dict", globalDict)
 	globals.Set("namespace", globalNamespace)
 	globals.Set("get_pvc", globalGetPVC)
+}
+
+// gonjaTest is gonja's test of that name.
+func gonjaTest(name string) exec.TestFunction {
+	t, ok := builtins.Tests.Get(name)
+	if !ok {
+		panic("gonja has no test " + name)
+	}
+	return t
 }
 
 // gonjaFilters lists gonja v2.9.1's filters (FilterSet cannot be listed).
@@ -587,11 +605,14 @@ func parse(src string) (tpl *exec.Template, err error) {
 	if err := checkNesting(src); err != nil {
 		return nil, err
 	}
-	// gonja's parser reads pav's tokens (see condexpr.go), and the template
+	// gonja's parser reads pav's tokens (see tokenpass.go), and the template
 	// gonja builds around an empty source gets the parsed tree: exec.Template
 	// has no constructor that takes tokens or a tree, and nothing but its
 	// root refers to what it parsed.
-	lexed := lexForConditionals(src)
+	lexed, err := lexTemplate(src)
+	if err != nil {
+		return nil, err
+	}
 	root, err := parser.NewParser(rootID, tokens.NewStream(lexed.toks), renderConfig, sourceLoader{src}, controls).Parse()
 	if err != nil {
 		return nil, syntaxError(err)
@@ -602,7 +623,7 @@ func parse(src string) (tpl *exec.Template, err error) {
 		return nil, syntaxError(err)
 	}
 	*tpl.Root() = *root
-	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}, groups: lexed.groups}
+	rw := &rewriter{filters: filters, tests: tests, wrappers: map[*nodes.Wrapper]bool{}, groups: lexed.groups, testNames: lexed.tests, nots: lexed.nots, signs: lexed.signs}
 	if err := rw.template(tpl.Root()); err != nil {
 		return nil, err
 	}
