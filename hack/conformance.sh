@@ -68,6 +68,21 @@ if [ "${#drivers[@]}" -eq 0 ]; then
 fi
 
 [ -f "$KUBECONFIG" ] || { log "no cluster ($KUBECONFIG): run make e2e-setup first"; exit 1; }
+
+# One run at a time on a cluster. The suite's [Serial] specs assume nothing else runs, and two
+# runs at once break each other: "any volume data source" creates the VolumePopulator CRD when
+# it finds none and deletes it when done, while the other run's spec uses it (or creates it
+# too), and always creates hello-populator's CRD, which the other's already holds;
+# volumelimits counts the volumes on a node. A second run waits for the first (fd 9 stays
+# open, and the lock held, until this script exits).
+LOCK="$(dirname "$KUBECONFIG")/conformance.lock"
+exec 9>>"$LOCK"
+if ! flock -n 9; then
+  log "another make conformance runs on this cluster ($(cat "$LOCK.who" 2>/dev/null || echo unknown)): waiting for it to end"
+  flock 9
+fi
+echo "pid $$, drivers ${drivers[*]}, since $(date -u +%FT%TZ)" > "$LOCK.who"
+
 rm -rf "$OUT"; mkdir -p "$OUT"
 
 start=$SECONDS
