@@ -33,6 +33,14 @@
 // adopt a pod they made, and whatever such a pod reports through /pav is only
 // as trustworthy as the namespace.
 //
+// Such a namespace may be deleted under its volumes. A pod the API server
+// refuses because its namespace is being deleted (403 with cause
+// NamespaceTerminating) or does not exist (404 of the namespace) is a
+// *NamespaceGoneError (ErrNamespaceGone), told from that answer alone; a pod
+// of the operation already there (a namespace being deleted refuses even the
+// creation of an existing pod) is adopted as any other. The caller decides
+// what the phase then means (controllerserver's nsgone.go).
+//
 // # Waiting without polling
 //
 // A single informer per Runner (label selector on the provisioner, plus the

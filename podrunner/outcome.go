@@ -382,3 +382,40 @@ func podEnd(pod *corev1.Pod, now time.Time) time.Time {
 	}
 	return end
 }
+
+// ErrNamespaceGone is what a *NamespaceGoneError is (errors.Is).
+var ErrNamespaceGone = errors.New("the pod's namespace is gone")
+
+// NamespaceGoneError is Run's error when the operation's pod cannot be
+// created because the namespace it must run in no longer exists, or is being
+// deleted, as the API server answered the pod's creation: 404 NotFound of the
+// namespace, or 403 Forbidden with cause NamespaceTerminating (the
+// NamespaceLifecycle admission plugin). No pod of the operation exists: Run
+// looked for one first. Nothing pav does will let the pod be created until a
+// namespace of that name exists again.
+type NamespaceGoneError struct {
+	Phase     string
+	Namespace string
+	// Terminating: the namespace is being deleted; false: it does not exist.
+	Terminating bool
+	// Err is the API server's answer.
+	Err error
+}
+
+func (e *NamespaceGoneError) Error() string {
+	state := "no longer exists"
+	if e.Terminating {
+		state = "is being deleted"
+	}
+	return fmt.Sprintf("the %s pod cannot be created: its namespace %q %s (%v)", e.Phase, e.Namespace, state, e.Err)
+}
+
+// Unwrap makes it ErrNamespaceGone, and keeps the API's answer in the chain.
+func (e *NamespaceGoneError) Unwrap() []error { return []error{ErrNamespaceGone, e.Err} }
+
+// IsNamespaceGone returns the *NamespaceGoneError in err's chain, if any.
+func IsNamespaceGone(err error) (*NamespaceGoneError, bool) {
+	var e *NamespaceGoneError
+	ok := errors.As(err, &e)
+	return e, ok
+}

@@ -541,7 +541,16 @@ func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Po
 				pod = rebuilt
 				continue
 			}
-			if !apierrors.IsAlreadyExists(err) {
+			if terminating, gone := namespaceGone(err, pod.Namespace); gone {
+				// A namespace being deleted refuses every creation, even of
+				// a pod that exists: one of ours (created before a restart
+				// that kept its UID from the record) is adopted and waited
+				// out below, as any other.
+				if !terminating || !podExists(ctx, pods, pod.Name) {
+					logger.Info("The pod cannot be created: its namespace is gone", "terminating", terminating)
+					return nil, &NamespaceGoneError{Phase: string(op.Phase), Namespace: pod.Namespace, Terminating: terminating, Err: err}
+				}
+			} else if !apierrors.IsAlreadyExists(err) {
 				return nil, fmt.Errorf("creating %s pod %s/%s: %w", op.Phase, pod.Namespace, pod.Name, err)
 			}
 		}
@@ -583,6 +592,32 @@ func (r *Runner) createOrAdopt(ctx context.Context, pw *podWatch, pod *corev1.Po
 	}
 	return nil, fmt.Errorf("%s pod %s/%s: gave up after %d attempts to create or adopt it (it keeps appearing and disappearing)",
 		op.Phase, pod.Namespace, pod.Name, maxCreateAttempts)
+}
+
+// namespaceGone: err is the API server refusing a pod's creation because its
+// namespace ns is being deleted (403 with cause NamespaceTerminating, from
+// the NamespaceLifecycle admission plugin) or does not exist (404 NotFound
+// of the namespace itself, not of anything else). Only these answers count:
+// nothing is guessed from a message.
+func namespaceGone(err error, ns string) (terminating, gone bool) {
+	if apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return true, true
+	}
+	var status apierrors.APIStatus
+	if apierrors.IsNotFound(err) && errors.As(err, &status) {
+		if d := status.Status().Details; d != nil && d.Group == "" && d.Kind == "namespaces" && d.Name == ns {
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// podExists: the API server has a pod of that name (an error other than
+// NotFound counts as "maybe": the caller then takes the adoption path, which
+// reads it again).
+func podExists(ctx context.Context, pods kube.Pods, name string) bool {
+	_, err := pods.Get(ctx, name, metav1.GetOptions{})
+	return !apierrors.IsNotFound(err)
 }
 
 // rejectsReportVolume: err is the API server refusing pod's ReportVolume.
