@@ -98,6 +98,12 @@ func Errorf(code codes.Code, format string, args ...any) error {
 // Table is every error → code rule, in the order they are tried.
 var Table = []Rule{
 	{
+		Name:  "a revert that failed (grpcerr.RevertError)",
+		Match: func(err error) bool { var r *RevertError; return errors.As(err, &r) },
+		Code:  codes.Aborted,
+		Why:   "non-final, whatever code its parts would have (first, so that a classified or gRPC error inside it cannot make it final): the caller retries even after the PVC (or client pod) is gone, and the retry runs the revert again until it succeeds; a final code would leave the backend volume or the node's mounts behind",
+	},
+	{
 		Name:  "a gRPC status (the RPC's own argument checks; provisioner.Source: UNAVAILABLE until the PavProvisioner is loaded, FAILED_PRECONDITION while it is invalid, being deleted or missing)",
 		Match: func(err error) bool { _, ok := status.FromError(err); return ok },
 		CodeOf: func(err error) codes.Code {
@@ -115,12 +121,6 @@ var Table = []Rule{
 			return c.Code
 		},
 		Why: "the RPC knows what the error means for its caller (e.g. FAILED_PRECONDITION: the PVC of a volume not yet recorded is gone; ALREADY_EXISTS: the request contradicts the volume's record)",
-	},
-	{
-		Name:  "a revert that failed (grpcerr.RevertError)",
-		Match: func(err error) bool { var r *RevertError; return errors.As(err, &r) },
-		Code:  codes.Aborted,
-		Why:   "non-final: the caller retries even after the PVC (or client pod) is gone, and the retry runs the revert again until it succeeds; a final code would leave the backend volume or the node's mounts behind",
 	},
 	{
 		Name:  "the CSI call's deadline passed (context.DeadlineExceeded)",
@@ -159,6 +159,12 @@ var Table = []Rule{
 		Match: func(err error) bool { return errors.Is(err, podrunner.ErrForeignPod) },
 		Code:  codes.FailedPrecondition,
 		Why:   "final: a human must delete that pod (it carries a ForeignPod event); nothing of pav's exists for the operation yet, so NodeStage may fail finally, and external-provisioner retries while the PVC exists",
+	},
+	{
+		Name:  "a pod that cannot be created because its namespace is gone or being deleted (podrunner.ErrNamespaceGone)",
+		Match: func(err error) bool { return errors.Is(err, podrunner.ErrNamespaceGone) },
+		Code:  codes.FailedPrecondition,
+		Why:   "final: no retry can create the pod until a namespace of that name exists again, and nothing was made; a deletion so blocked is reported and waits for its way out (spec.volumeDeletion.whenNamespaceGone), and external-provisioner retries DeleteVolume with backoff whatever the code",
 	},
 	{
 		Name:  "a write that lost a race (API 409 Conflict, e.g. a PavVolume changed since it was read)",
@@ -280,12 +286,14 @@ func Code(err error) codes.Code {
 }
 
 // Status turns an error of a volume operation into the gRPC status its CSI
-// caller gets (nil for nil). A gRPC status passes through unchanged.
+// caller gets (nil for nil). A gRPC status passes through unchanged, unless
+// it is part of a failed revert, which is always retried.
 func Status(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
+	var rev *RevertError
+	if _, ok := status.FromError(err); ok && !errors.As(err, &rev) {
 		return err
 	}
 	r := Lookup(err)
