@@ -369,7 +369,7 @@ func (j *job) creation(ctx context.Context) (*phase.CreationConfig, error) {
 	return j.s.Eval.Creation(ctx, j.p, vars)
 }
 
-func (j *job) deletion(ctx context.Context) (*phase.PodConfig, error) {
+func (j *job) deletion(ctx context.Context) (*phase.DeletionConfig, error) {
 	st := &j.v.Status
 	vars, err := phase.DeletionVars(j.request(), j.objects(), j.v.Spec.DefaultHandle, orDefault(st.Handle, j.v.Spec.DefaultHandle), st.Capacity)
 	if err != nil {
@@ -769,7 +769,7 @@ func (j *job) fail(ctx context.Context, reason string, cause error, handle strin
 }
 
 // deletionAfter evaluates spec.volumeDeletion for the handle and capacity creation got to.
-func (j *job) deletionAfter(ctx context.Context, handle string, capacity int64) (*phase.PodConfig, error) {
+func (j *job) deletionAfter(ctx context.Context, handle string, capacity int64) (*phase.DeletionConfig, error) {
 	v := j.v.DeepCopy()
 	v.Status.Handle, v.Status.Capacity = handle, capacity
 	return (&job{s: j.s, p: j.p, v: v, key: j.key}).deletion(ctx)

@@ -557,6 +557,8 @@ spec:
 		`snapshotDeletion: {podTemplate: {spec: {containers: [{name: unsnap, image: busybox}]}}}, `+
 		`topology: {nodeLabels: [kubernetes.io/hostname, topology.kubernetes.io/zone, zone]}}`)},
 	{"expansion without a pod: any growth", pav("grow", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeExpansion: {}}`)},
+	{"whenNamespaceGone Forget beside a templated pod", pav("forget", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeDeletion: {whenNamespaceGone: Forget, podTemplate: {metadata: {namespace: "{{ pvc.metadata.namespace }}"}, spec: {containers: [{name: c, image: b}]}}}}`)},
+	{"whenNamespaceGone Retry alone", pav("retry", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeDeletion: {whenNamespaceGone: Retry}}`)},
 	{"new phases as templates", pav("templated-new", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeExpansion: "{% set yaml = true %}capacity: {{ requestedCapacity }}", volumeNodeExpansion: "{% set yaml = true %}podTemplate: {spec: {containers: [{name: c, image: b}]}}", snapshotCreation: "{% set yaml = true %}{}", snapshotDeletion: {podTemplate: "{% set yaml = true %}spec: {containers: [{name: c, image: b}]}"}}`)},
 	{"new fields as templates", pav("templated-fields", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: "{% set yaml = true %}[{zone: {{ params.zone }}}]"}, volumeExpansion: {capacity: "{{ requestedCapacity }}", podTemplate: "{% set yaml = true %}spec: {containers: [{name: c, image: b}]}"}}`)},
 	{"one accessible segment with a templated value", pav("one-segment", dynamic+`, volumeCreation: {capacity: 1Gi, accessibleTopology: {topology.kubernetes.io/zone: "{{ params.zone }}"}}}`)},
@@ -721,6 +723,12 @@ var invalidObjects = []struct {
 	{"boolean pod metadata", pav("x", `{provisioningModes: [Static], volumeStaging: {podTemplate: {metadata: true}}}`), "policy", "spec.volumeStaging.podTemplate.metadata", "(found a boolean)"},
 	{"number where a string (handle) is expected", pav("x", `{provisioningModes: [Dynamic], volumeCreation: {handle: 42, capacity: 1Gi}, `+staging+`}`), "crd", "spec.volumeCreation.handle", `must be of type string: "integer"`},
 	{"empty handle", pav("x", `{provisioningModes: [Dynamic], volumeCreation: {handle: "", capacity: 1Gi}, `+staging+`}`), "crd", "spec.volumeCreation.handle", "should be at least 1 chars long"},
+
+	// volumeDeletion.whenNamespaceGone: a literal, never a template
+	{"whenNamespaceGone as a template", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeDeletion: {whenNamespaceGone: "{{ pvc.metadata.annotations.forget }}"}}`), "crd", "spec.volumeDeletion.whenNamespaceGone", "Unsupported value"},
+	{"whenNamespaceGone misspelt", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeDeletion: {whenNamespaceGone: forget}}`), "crd", "spec.volumeDeletion.whenNamespaceGone", "Unsupported value"},
+	{"whenNamespaceGone a boolean", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeDeletion: {whenNamespaceGone: true}}`), "crd", "spec.volumeDeletion.whenNamespaceGone", "must be of type string"},
+	{"unknown field in volumeDeletion", pav("x", dynamic+`, volumeCreation: {capacity: 1Gi}, volumeDeletion: {whenGone: Forget}}`), "policy", "spec.volumeDeletion", "unknown field(s) whenGone; volumeDeletion may only hold podTemplate, whenNamespaceGone"},
 
 	// volumeExpansion, volumeNodeExpansion
 	{"online as a template", pav("x", dynamic+`, `+"volumeCreation: {capacity: 1Gi}"+`, volumeExpansion: {online: "{{ params.online }}"}}`), "crd", "spec.volumeExpansion.online", "must be of type boolean"},
@@ -892,7 +900,7 @@ func TestPolicyNeverErrors(t *testing.T) {
 		"volumeValidation", "volumeValidation.volumeModes", "volumeValidation.minCapacity", "volumeValidation.maxCapacity",
 		"volumeValidation.podTemplate", "volumeValidation.podTemplate.spec", "volumeCreation", "volumeCreation.capacity",
 		"volumeCreation.podTemplate", "volumeStaging", "volumeStaging.podTemplate", "volumeStaging.podTemplate.metadata",
-		"volumeDeletion", "volumeUnstaging.podTemplate",
+		"volumeDeletion", "volumeDeletion.whenNamespaceGone", "volumeUnstaging.podTemplate",
 		"volumeExpansion", "volumeExpansion.capacity", "volumeExpansion.online", "volumeExpansion.podTemplate.spec",
 		"volumeCreation.contentSources", "volumeCreation.accessibleTopology", "snapshotCreation.podTemplate", "topology.nodeLabels",
 		"maxVolumesPerNode", "storageCapacity", "storageCapacity.refreshInterval", "storageCapacity.podTemplate", "storageCapacity.podTemplate.metadata",

@@ -84,8 +84,10 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-controller", "", "pods/log", "get", true},
 		{"pav-controller", "", "persistentvolumeclaims", "get", true},
 		{"pav-controller", "storage.k8s.io", "storageclasses", "get", true},
-		// The driver lists PVs once at start, to adopt v0.2.0's volumes.
+		// The driver lists PVs once at start, to adopt v0.2.0's volumes, and gets a
+		// volume's PV to put an event on it.
 		{"pav-controller", "", "persistentvolumes", "list", true},
+		{"pav-controller", "", "persistentvolumes", "get", true},
 		{"pav-controller", "", "events", "create", true},
 		// ... and no longer writes PVCs (the forgeable annotation is gone).
 		{"pav-controller", "", "persistentvolumeclaims", "patch", false},
@@ -138,9 +140,9 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 	}
 	// The sidecars' rules are theirs: the pav driver's own role gains none of them
-	// (but the PV list it adopts v0.2.0's volumes with).
+	// (but the PV list it adopts v0.2.0's volumes with, and the PV get of its events).
 	for _, rule := range r.roles["pav-driver-controller"] {
-		pvList := slices.Equal(rule.Resources, []string{"persistentvolumes"}) && slices.Equal(rule.Verbs, []string{"list"})
+		pvList := slices.Equal(rule.Resources, []string{"persistentvolumes"}) && slices.Equal(rule.Verbs, []string{"get", "list"})
 		if slices.Contains(rule.APIGroups, "snapshot.storage.k8s.io") || slices.Contains(rule.Resources, "persistentvolumes") && !pvList ||
 			slices.Contains(rule.Resources, "persistentvolumeclaims/status") {
 			t.Errorf("pav-driver-controller has a sidecar's rule %+v", rule)

@@ -24,6 +24,15 @@ const (
 	// LabelVolumeHandle, on a PavVolume, is HandleLabel(status.handle), set
 	// once the handle is known: DeleteVolume finds the record by it.
 	LabelVolumeHandle = GroupName + "/handle"
+
+	// AnnotationWhenNamespaceGone, on a PavVolume, is a cluster
+	// administrator's word for that one volume, overriding its provisioner's
+	// spec.volumeDeletion.whenNamespaceGone: Forget or Retry. Only
+	// administrators (and pav's controller ServiceAccount) may write
+	// PavVolumes; a tenant never can, so no tenant can have a deletion
+	// skipped. It counts only while the volume's deletion pod cannot be
+	// created because its namespace is gone (ReasonDeletionNamespaceGone).
+	AnnotationWhenNamespaceGone = GroupName + "/when-namespace-gone"
 )
 
 // VolumeGroupVersionResource and VolumeGroupVersionKind are PavVolume's.
@@ -164,6 +173,21 @@ const (
 	ReasonOutsideRequisiteTopology = "OutsideRequisiteTopology"
 )
 
+// Reasons of a deletion (or revert) that cannot go on by itself.
+const (
+	// ReasonDeletionNamespaceGone: the deletion pod cannot be created because
+	// the namespace it must run in no longer exists or is being deleted (the
+	// API server said so). pav keeps the record and retries; the message
+	// names the namespace, what put the pod there, and the ways out
+	// (WhenNamespaceGone).
+	ReasonDeletionNamespaceGone = "DeletionNamespaceGone"
+	// ReasonForgotten: the deletion pod's namespace is gone and
+	// WhenNamespaceGone Forget applies. Recorded before the record is
+	// deleted without any pod, so that a retry after a restart finishes
+	// forgetting instead of deciding again.
+	ReasonForgotten = "Forgotten"
+)
+
 // PodOutcome is what became of a pod pav ran for a volume.
 type PodOutcome string
 
@@ -190,7 +214,10 @@ type PavVolumeStatus struct {
 	AccessibleTopology []map[string]string `json:"accessibleTopology,omitempty"`
 	// Reason is why creation failed, while the volume is Reverting (one of
 	// the Reason* constants): the failure the caller gets once the revert is
-	// done, whatever restarts come in between.
+	// done, whatever restarts come in between. While the volume is Deleting
+	// or Reverting it is ReasonDeletionNamespaceGone when the deletion pod
+	// cannot be created because its namespace is gone, and ReasonForgotten
+	// once pav has decided to forget the volume without it.
 	Reason string `json:"reason,omitempty"`
 	// Message is the last failure, as the user saw it in the PVC's events.
 	Message string `json:"message,omitempty"`

@@ -266,6 +266,26 @@ const (
 	ConditionTerminating = "Terminating"
 )
 
+// WhenNamespaceGone is spec.volumeDeletion.whenNamespaceGone (and the value of
+// AnnotationWhenNamespaceGone): what a volume's deletion means once the
+// namespace its deletion pod must run in is gone or being deleted, so that the
+// pod can never be created.
+type WhenNamespaceGone string
+
+const (
+	// NamespaceGoneRetry (the default) keeps the volume's record and PV and
+	// retries, reporting why (PavVolume reason DeletionNamespaceGone, a
+	// Warning event on the PV): the deletion pod runs once the namespace
+	// exists again, or a human decides to forget the volume.
+	NamespaceGoneRetry WhenNamespaceGone = "Retry"
+	// NamespaceGoneForget says that the namespace held the volume's data
+	// (the examples keep it on a claim of that namespace), which went with
+	// it: pav records the decision and drops the record without any pod, and
+	// the PV goes. pav deletes nothing: whatever the deletion pod would have
+	// removed elsewhere stays.
+	NamespaceGoneForget WhenNamespaceGone = "Forget"
+)
+
 // FinalizerVolumes keeps a PavProvisioner while anything still needs its drivers
 // (spec §6); the pav manager adds and removes it.
 const FinalizerVolumes = GroupName + "/volumes"

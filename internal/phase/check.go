@@ -131,6 +131,10 @@ func checkLiteral(ph v1alpha1.Phase, data any, path string, dynamic bool) error 
 			_, err = decodeCapacity(m, true)
 		case v1alpha1.PhaseModification:
 			_, err = decodeModification(m, true)
+		case v1alpha1.PhaseDeletion:
+			if _, err = whenNamespaceGone(m["whenNamespaceGone"]); err == nil {
+				_, err = decodePodPhase(m, path, false, true)
+			}
 		default:
 			_, err = decodePodPhase(m, path, requiredPodTemplate(ph), true)
 		}

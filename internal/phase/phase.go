@@ -84,7 +84,7 @@ type ModificationConfig struct {
 var phaseFields = map[v1alpha1.Phase][]string{
 	v1alpha1.PhaseValidation:       {"volumeModes", "accessModes", "minCapacity", "maxCapacity", "podTemplate"},
 	v1alpha1.PhaseCreation:         {"handle", "capacity", "podTemplate", "contentSources", "accessibleTopology"},
-	v1alpha1.PhaseDeletion:         {"podTemplate"},
+	v1alpha1.PhaseDeletion:         {"podTemplate", "whenNamespaceGone"},
 	v1alpha1.PhaseStaging:          {"podTemplate"},
 	v1alpha1.PhaseUnstaging:        {"podTemplate"},
 	v1alpha1.PhaseExpansion:        {"online", "capacity", "podTemplate"},
@@ -499,9 +499,35 @@ func (e *Evaluator) SnapshotMetadata(ctx context.Context, p *v1alpha1.PavProvisi
 	return e.podPhase(ctx, p, v1alpha1.PhaseSnapshotMetadata, vars, true)
 }
 
+// DeletionConfig is an evaluated spec.volumeDeletion.
+type DeletionConfig struct {
+	PodConfig
+	// WhenNamespaceGone is what the deletion means once the deletion pod's
+	// namespace is gone: Retry (the default) or Forget. Always literal
+	// (WhenNamespaceGoneOf).
+	WhenNamespaceGone v1alpha1.WhenNamespaceGone
+}
+
 // Deletion evaluates spec.volumeDeletion with a deletion context.
-func (e *Evaluator) Deletion(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*PodConfig, error) {
-	return e.podPhase(ctx, p, v1alpha1.PhaseDeletion, vars, false)
+func (e *Evaluator) Deletion(ctx context.Context, p *v1alpha1.PavProvisioner, vars templating.Vars) (*DeletionConfig, error) {
+	when, err := WhenNamespaceGoneOf(&p.Spec)
+	if err != nil {
+		return nil, err
+	}
+	m, err := e.tree(ctx, p, v1alpha1.PhaseDeletion, vars, phaseFields[v1alpha1.PhaseDeletion]...)
+	if err != nil {
+		return nil, err
+	}
+	if m["whenNamespaceGone"] != nil && !literalWhenNamespaceGone(&p.Spec) {
+		// A template produced it: a claim's input must never decide
+		// whether a deletion may be skipped.
+		return nil, fieldErr(pathWhenNamespaceGone, "must be written literally in the volumeDeletion object (Retry or Forget), not produced by a template: it decides whether pav may forget a volume without its deletion pod")
+	}
+	pc, err := decodePodPhase(m, "spec."+v1alpha1.PhaseDeletion.Field(), false, false)
+	if err != nil {
+		return nil, err
+	}
+	return &DeletionConfig{PodConfig: *pc, WhenNamespaceGone: when}, nil
 }
 
 // Staging evaluates spec.volumeStaging with a staging context; its pod template is mandatory.
