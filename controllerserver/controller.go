@@ -23,6 +23,9 @@
 // it, then the record goes and the caller gets the creation's failure). A
 // Created volume may grow (ControllerExpandVolume, expand.go): the growth
 // under way is status.expansion, and the volume stays Created throughout.
+// A deletion (or revert) whose pod cannot be created because its namespace
+// is gone stays Deleting (or Reverting) with reason DeletionNamespaceGone, or
+// is forgotten (reason Forgotten, then the record goes): nsgone.go.
 package controllerserver
 
 import (
@@ -40,6 +43,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -101,6 +105,8 @@ type Server struct {
 	// Snapshots keeps the PavSnapshot records; nil: no snapshots.
 	Snapshots SnapshotRecords
 	Client    kube.Interface // PVCs and StorageClasses; nil when only CSI requests are known
+	// Recorder, if set, gets the events pav puts on volumes' PVs (nsgone.go).
+	Recorder record.EventRecorder
 
 	busy inflight.Set
 
@@ -450,6 +456,8 @@ func (j *job) run(ctx context.Context, ph v1alpha1.Phase, op podrunner.Operation
 			if e := v.Status.Pod(ph); e != nil && e.Token == token {
 				e.UID = uid
 			}
+			// The pod exists: its namespace is no longer gone.
+			clearNamespaceGone(v)
 		})
 	}
 	res, err := j.s.Pods.Run(ctx, op)
@@ -566,9 +574,9 @@ func (j *job) validate(ctx context.Context) error {
 		return grpcerr.Errorf(codes.FailedPrecondition, "volume %s is waiting for its validation pod, but spec.volumeValidation no longer has a podTemplate; restore it, or delete the claim", j.v.Spec.VolumeName)
 	}
 	_, err = j.run(ctx, v1alpha1.PhaseValidation, j.op(v1alpha1.PhaseValidation, *cfg.PodTemplate))
-	if errors.Is(err, podrunner.ErrForeignPod) {
+	if errors.Is(err, podrunner.ErrForeignPod) || errors.Is(err, podrunner.ErrNamespaceGone) {
 		// Validation pods change nothing: the volume starts over once the
-		// pod is gone.
+		// pod is gone (or once its namespace exists).
 		return j.refused(ctx, err)
 	}
 	if _, ok := podrunner.IsPodFailure(err); ok {
@@ -634,6 +642,14 @@ func (j *job) create(ctx context.Context) error {
 		res, err := j.run(ctx, v1alpha1.PhaseCreation, op)
 		if errors.Is(err, podrunner.ErrForeignPod) {
 			return j.foreignCreation(ctx, err)
+		}
+		if done, rerr := j.namespaceGoneBeforeAnyPod(ctx, v1alpha1.PhaseCreation, err); done {
+			return rerr
+		}
+		if errors.Is(err, podrunner.ErrNamespaceGone) {
+			// A creation pod of ours ran, and its namespace went before it
+			// finished: what it made is undone, as for any failed creation.
+			return j.fail(ctx, v1alpha1.ReasonCreationFailed, fmt.Errorf("volume creation failed: %w", err), orDefault(handle, j.v.Spec.DefaultHandle), capacity)
 		}
 		if _, ok := podrunner.IsPodFailure(err); ok {
 			return j.fail(ctx, v1alpha1.ReasonCreationFailed, fmt.Errorf("volume creation failed: %w", err), orDefault(handle, j.v.Spec.DefaultHandle), capacity)
@@ -810,6 +826,11 @@ func (j *job) revert(ctx context.Context) error {
 // once it succeeded. A failed deletion pod is removed too, with a successor
 // entry recorded, so that the retry runs it again.
 func (j *job) deleteBackend(ctx context.Context) error {
+	if j.v.Status.Reason == v1alpha1.ReasonForgotten {
+		// Decided and recorded before a restart (nsgone.go): finish
+		// forgetting, whatever the namespace has become since.
+		return j.removeDone(ctx)
+	}
 	cfg, err := j.deletion(ctx)
 	if j.pending(v1alpha1.PhaseDeletion) == nil {
 		last := j.v.Status.Pod(v1alpha1.PhaseDeletion)
@@ -842,6 +863,9 @@ func (j *job) deleteBackend(ctx context.Context) error {
 	}
 	op := j.op(v1alpha1.PhaseDeletion, *cfg.PodTemplate)
 	_, err = j.run(ctx, v1alpha1.PhaseDeletion, op)
+	if gone, ok := podrunner.IsNamespaceGone(err); ok {
+		return j.namespaceGone(ctx, gone, cfg)
+	}
 	if f, ok := podrunner.IsPodFailure(err); ok {
 		// Record the failure, then remove the failed pod: the retry runs a
 		// new one under a new entry.

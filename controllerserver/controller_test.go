@@ -44,7 +44,10 @@ type fakeRunner struct {
 	answers map[v1alpha1.Phase]func(op podrunner.Operation) (*podrunner.Result, error)
 	pods    map[string]fakePod // by pod name: the pods that exist
 	created int                // pods created
-	deleted []string           // pods removed by Delete
+	// refuse, if set, is the API server's answer to creating a pod that
+	// does not exist yet (nil: created).
+	refuse  func(op podrunner.Operation) error
+	deleted []string // pods removed by Delete
 	nextUID int
 }
 
@@ -76,6 +79,9 @@ func (f *fakeRunner) Run(ctx context.Context, op podrunner.Operation) (*podrunne
 	case !exists && op.UID != "":
 		f.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", podrunner.ErrPodDeleted, name)
+	case !exists && f.refuse != nil && f.refuse(op) != nil:
+		f.mu.Unlock()
+		return nil, f.refuse(op)
 	case !exists:
 		f.nextUID++
 		p = fakePod{uid: types.UID(fmt.Sprintf("uid-%d", f.nextUID)), token: op.Token}

@@ -222,6 +222,10 @@ func (j *job) finishExpansion(ctx context.Context) error {
 	case errors.Is(err, podrunner.ErrForeignPod):
 		// Final until a human deletes that pod; the next call runs ours.
 		failure = err
+	case errors.Is(err, podrunner.ErrNamespaceGone):
+		// Its pod was never created: nothing grew. Final until the
+		// namespace exists again; a deletion goes on without it.
+		failure = err
 	case err != nil:
 		// Still running, lost (a successor is recorded), or the API: the
 		// retry goes on with the recorded expansion.
@@ -326,7 +330,8 @@ func (j *job) settleExpansion(ctx context.Context) error {
 		return j.removeExpansionPods(ctx)
 	}
 	err := j.finishExpansion(ctx)
-	if _, failed := podrunner.IsPodFailure(err); failed || grpcerr.Code(err) == codes.OutOfRange || errors.Is(err, podrunner.ErrForeignPod) {
+	if _, failed := podrunner.IsPodFailure(err); failed || grpcerr.Code(err) == codes.OutOfRange || errors.Is(err, podrunner.ErrForeignPod) ||
+		errors.Is(err, podrunner.ErrNamespaceGone) {
 		klog.FromContext(ctx).Info("The volume's last expansion failed; deleting it anyway", "volume", j.v.Spec.VolumeName, "err", err.Error())
 		return nil
 	}

@@ -167,7 +167,8 @@ type Deps struct {
 	// in controller mode, keeps the PavVolume records.
 	Dynamic dynamic.Interface
 	Runner  *podrunner.Runner
-	// Recorder gets the node plugin's events about volumes; nil = none.
+	// Recorder gets the plugins' events about volumes (the node plugin's on
+	// claims, the controller plugin's on PVs); nil = none.
 	Recorder record.EventRecorder
 }
 
@@ -242,7 +243,8 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		if err := snaps.Start(ctx); err != nil {
 			return nil, nil, err
 		}
-		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, Client: d.Client}
+		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, Client: d.Client,
+			Recorder: d.Recorder}
 		if d.Client != nil {
 			// Before serving: no operation meets a volume of v0.2.0's
 			// without its record, and no new volume takes its handle.
