@@ -402,3 +402,34 @@ func TestCreationNamespaceGone(t *testing.T) {
 		})
 	}
 }
+
+// TestExpansionNamespaceGone: an expansion under way whose pod's namespace
+// went (its claim was deleted with it) does not hold the deletion up: its
+// failure is recorded, and the deletion meets the same namespace.
+func TestExpansionNamespaceGone(t *testing.T) {
+	spec := strings.Replace(nsSpec("Forget", claimNS), "  volumeStaging:",
+		`  volumeExpansion: {podTemplate: {metadata: {namespace: "{{ pvc.metadata.namespace }}"}, spec: {containers: [{name: g, image: busybox}]}}}`+"\n  volumeStaging:", 1)
+	runner := &fakeRunner{}
+	c, s, ev := nsVolume(t, spec, runner, "")
+	runner.answers[v1alpha1.PhaseExpansion] = func(podrunner.Operation) (*podrunner.Result, error) { return nil, context.DeadlineExceeded }
+	if _, err := s.ControllerExpandVolume(context.Background(), expandReq("pvc-uid-1", 2<<20, 0)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("expansion: %v", err)
+	}
+	runner.mu.Lock()
+	runner.pods = map[string]fakePod{} // killed with its namespace
+	runner.mu.Unlock()
+	runner.refuse = refuseIn("", nsTerminating)
+	if _, err := s.DeleteVolume(context.Background(), deleteReq("pvc-uid-1")); status.Code(err) != codes.Aborted {
+		// The lost expansion pod is recorded first (ABORTED), as any.
+		t.Fatalf("DeleteVolume = %v, want Aborted", err)
+	}
+	if _, err := s.DeleteVolume(context.Background(), deleteReq("pvc-uid-1")); err != nil {
+		t.Fatalf("DeleteVolume = %v", err)
+	}
+	if c.volume("pvc-uid-1") != nil || runner.live() != 0 {
+		t.Fatal("the volume was not forgotten")
+	}
+	if got := ev.list(); len(got) != 1 || !strings.Contains(got[0], "Normal VolumeForgotten") {
+		t.Fatalf("events %q", got)
+	}
+}
