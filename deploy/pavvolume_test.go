@@ -130,7 +130,8 @@ func fullVolume() *v1alpha1.PavVolume {
 			DefaultHandle: "pvc-6f1c2c6e-3b1d-4c36-9d4e-0a8f3e2b9c11", PVC: pvc,
 			SC: &storagev1.StorageClass{TypeMeta: metav1.TypeMeta{APIVersion: "storage.k8s.io/v1", Kind: "StorageClass"},
 				ObjectMeta: metav1.ObjectMeta{Name: sc}, Provisioner: "hello", Parameters: map[string]string{"color": "blue"}, VolumeBindingMode: &wffc},
-			Source: &v1alpha1.VolumeSource{Kind: v1alpha1.SourceKindSnapshot, Handle: "snap-1", Capacity: 1 << 30, VolumeHandle: "backend-0"},
+			Source:        &v1alpha1.VolumeSource{Kind: v1alpha1.SourceKindSnapshot, Handle: "snap-1", Capacity: 1 << 30, VolumeHandle: "backend-0"},
+			MutableParams: map[string]string{"readAheadKiB": "128"},
 		},
 		Status: v1alpha1.PavVolumeStatus{
 			Phase: v1alpha1.VolumeCreated, Handle: "backend-1", Capacity: 1 << 30, Reason: v1alpha1.ReasonCreationFailed, Message: "earlier: quota exceeded",
@@ -139,8 +140,11 @@ func fullVolume() *v1alpha1.PavVolume {
 				{Phase: v1alpha1.PhaseCreation, Namespace: "team-a", Name: "pav-hello-creation-0123456789abcdef", Token: "ffeeddccbbaa99887766554433221100", UID: "u-2", Outcome: v1alpha1.PodLost},
 				{Phase: v1alpha1.PhaseCreation, Namespace: "team-a", Name: "pav-hello-creation-0123456789abcdef", Token: "0f1e2d3c4b5a69788796a5b4c3d2e1f0"},
 				{Phase: v1alpha1.PhaseExpansion, Namespace: "pav", Name: "pav-hello-expansion-0123456789abcdef", Token: "aabbccddeeff00112233445566778899"},
+				{Phase: v1alpha1.PhaseModification, Namespace: "pav", Name: "pav-hello-modification-0123456789abcdef", Token: "99887766554433221100ffeeddccbbaa"},
 			},
-			Expansion: &v1alpha1.VolumeExpansion{RequiredBytes: 3 << 29, LimitBytes: &max},
+			Expansion:     &v1alpha1.VolumeExpansion{RequiredBytes: 3 << 29, LimitBytes: &max},
+			MutableParams: map[string]string{"readAheadKiB": "512"},
+			Modification:  &v1alpha1.VolumeModification{MutableParams: map[string]string{"readAheadKiB": "1024"}},
 		},
 	}
 }
@@ -177,6 +181,10 @@ func TestVolumeRecords(t *testing.T) {
 		{"no provisioner", func(v *v1alpha1.PavVolume) { v.Spec.Provisioner = "" }, nil, "spec.provisioner"},
 		{"negative capacity", func(v *v1alpha1.PavVolume) { v.Status.Capacity = -1 }, nil, "status.capacity"},
 		{"an expansion without its size", func(v *v1alpha1.PavVolume) { v.Status.Expansion.RequiredBytes = 0 }, nil, "status.expansion.requiredBytes"},
+		{"a modification without its parameters", func(v *v1alpha1.PavVolume) { v.Status.Modification.MutableParams = nil }, nil, "status.modification.mutableParams"},
+		{"a modification to no parameters", nil, func(m map[string]any) {
+			m["status"].(map[string]any)["modification"] = map[string]any{"mutableParams": map[string]any{}}
+		}, "status.modification.mutableParams"},
 		{"unknown access mode", func(v *v1alpha1.PavVolume) {
 			v.Spec.RequestedAccessModes = []corev1.PersistentVolumeAccessMode{"ReadWriteSometimes"}
 		}, nil, "spec.requestedAccessModes[0]"},

@@ -89,6 +89,12 @@ type PavVolumeSpec struct {
 	// Source is what the volume is created from (CSI volume_content_source),
 	// nil for an empty volume.
 	Source *VolumeSource `json:"source,omitempty"`
+	// MutableParams are CreateVolume's mutable_parameters: the parameters of
+	// the claim's VolumeAttributesClass when the volume was created (keys
+	// spec.volumeModification.mutableParameters declares), nil without one.
+	// A later ControllerModifyVolume records the current ones in
+	// status.mutableParams.
+	MutableParams map[string]string `json:"mutableParams,omitempty"`
 	// FormatVersion is the version of the record's format (records.VolumeFormat
 	// when pav writes it; 0: written before records had one). A pav that reads
 	// an older version migrates it, and refuses a newer one (a downgrade)
@@ -229,6 +235,32 @@ type PavVolumeStatus struct {
 	// (after any restart) finishes it with the request the pod was given;
 	// nil when none is.
 	Expansion *VolumeExpansion `json:"expansion,omitempty"`
+	// MutableParams are the volume's mutable parameters once a
+	// ControllerModifyVolume changed them (the whole set its
+	// VolumeAttributesClass gave, never empty); nil until then, when
+	// spec.mutableParams holds (CurrentMutableParams).
+	MutableParams map[string]string `json:"mutableParams,omitempty"`
+	// Modification is the change of mutable parameters under way
+	// (ControllerModifyVolume), recorded with its pod's entry before the
+	// pod is asked for, so that a retry (after any restart) finishes it
+	// with the parameters that pod was given; nil when none is.
+	Modification *VolumeModification `json:"modification,omitempty"`
+}
+
+// VolumeModification is a change of a volume's mutable parameters under way:
+// MutableParams is the new set (the VolumeAttributesClass's parameters).
+type VolumeModification struct {
+	MutableParams map[string]string `json:"mutableParams"`
+}
+
+// CurrentMutableParams are the volume's mutable parameters now: the last
+// modification's (status.mutableParams), else CreateVolume's
+// (spec.mutableParams); nil when it never had any.
+func (v *PavVolume) CurrentMutableParams() map[string]string {
+	if v.Status.MutableParams != nil {
+		return v.Status.MutableParams
+	}
+	return v.Spec.MutableParams
 }
 
 // VolumeExpansion is the request of a growth under way (CSI's capacity

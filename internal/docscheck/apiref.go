@@ -35,6 +35,7 @@ type schema struct {
 	MinLength       *int64     `yaml:"minLength"`
 	MaxLength       *int64     `yaml:"maxLength"`
 	MinProperties   *int64     `yaml:"minProperties"`
+	MaxProperties   *int64     `yaml:"maxProperties"`
 	Minimum         *float64   `yaml:"minimum"`
 	Maximum         *float64   `yaml:"maximum"`
 	IntOrString     bool       `yaml:"x-kubernetes-int-or-string"`
@@ -390,7 +391,7 @@ func typeParts(s *schema) (t string, bounds []string, err error) {
 	}
 	bounds = appendRange(bounds, s.MinItems, s.MaxItems, "item")
 	bounds = appendRange(bounds, s.MinLength, s.MaxLength, "character")
-	bounds = appendRange(bounds, s.MinProperties, nil, "entry")
+	bounds = appendRange(bounds, s.MinProperties, s.MaxProperties, "entry")
 	if s.Minimum != nil {
 		bounds = append(bounds, "≥ "+strconv.FormatFloat(*s.Minimum, 'f', -1, 64))
 	}

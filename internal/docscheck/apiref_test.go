@@ -87,6 +87,8 @@ func TestTypeOf(t *testing.T) {
 		{"a map-list", "type: array\nx-kubernetes-list-type: map\nx-kubernetes-list-map-keys: [type]\nitems: {type: object}",
 			"list of object keyed by `type`"},
 		{"a map", "type: object\nadditionalProperties: {type: string}", "map of string to string"},
+		{"a bounded map", "type: object\nminProperties: 1\nmaxProperties: 64\nadditionalProperties: {type: string}", "map of string to string (1–64 entries)"},
+		{"a map of at most", "type: object\nmaxProperties: 64\nadditionalProperties: {type: string}", "map of string to string (at most 64 entries)"},
 		{"bounded items", "type: array\nmaxItems: 16\nitems: {type: string, maxLength: 317}", "list of string (at most 16 items, each at most 317 characters)"},
 		{"a free-form object", "type: object\nx-kubernetes-preserve-unknown-fields: true", "object (any fields)"},
 		{"a bounded string", "type: string\nminLength: 1\nmaxLength: 63\npattern: '^[a-z]+$'", "string (1–63 characters, matching `^[a-z]+$`)"},
