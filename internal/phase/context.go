@@ -27,6 +27,12 @@ type Request struct {
 	// Source is what the volume is created from (nil: nothing): the
 	// validation and creation contexts' `source`.
 	Source *v1alpha1.VolumeSource
+	// MutableParams are the volume's mutable parameters (the parameters of
+	// its VolumeAttributesClass): CreateVolume's mutable_parameters for
+	// validation and creation, the current ones for the later phases
+	// (PavVolume.CurrentMutableParams). The contexts' `mutableParams`, {}
+	// when nil.
+	MutableParams map[string]string
 }
 
 // FromClaim overrides base with what a PVC asks for: its volume mode, access
@@ -62,7 +68,9 @@ type Objects struct {
 // ValidationVars is the context of spec.volumeValidation for dynamic provisioning
 // (pvc and sc when known) and, with objs.PV and handle set, for static
 // provisioning (spec §3). Both have requisiteTopology, preferredTopology and
-// selectedNode (docs/beyond-pav.md, "Topology"), empty without r.Topology.
+// selectedNode (docs/beyond-pav.md, "Topology"), empty without r.Topology,
+// and mutableParams (docs/beyond-pav.md, "VolumeAttributesClass"), {}
+// without r.MutableParams.
 func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, error) {
 	v := templating.Vars{
 		"requestedVolumeMode":  string(r.VolumeMode),
@@ -71,6 +79,7 @@ func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, er
 		"requestedMaxCapacity": nil,
 		"params":               params(r.Params),
 		"source":               sourceVar(r.Source),
+		"mutableParams":        params(r.MutableParams),
 	}
 	if r.MaxCapacity != nil {
 		v["requestedMaxCapacity"] = *r.MaxCapacity
@@ -125,6 +134,22 @@ func ExpansionVars(r Request, objs Objects, defaultHandle, handle string, capaci
 	return v, nil
 }
 
+// ModificationVars is the context of spec.volumeModification: the volume's
+// deletion context (capacity = its current capacity, mutableParams = r's, its
+// current mutable parameters) with mutableParams replaced by the new set
+// (next: the VolumeAttributesClass's parameters, the whole set: a key it
+// lacks goes back to the provisioner's default) and previousMutableParams,
+// the current set ({} if none).
+func ModificationVars(r Request, objs Objects, defaultHandle, handle string, capacity int64, next map[string]string) (templating.Vars, error) {
+	v, err := DeletionVars(r, objs, defaultHandle, handle, capacity)
+	if err != nil {
+		return nil, err
+	}
+	v["previousMutableParams"] = params(r.MutableParams)
+	v["mutableParams"] = params(next)
+	return v, nil
+}
+
 // Staged describes a volume being staged or unstaged on a node.
 type Staged struct {
 	VolumeMode  corev1.PersistentVolumeMode
@@ -133,17 +158,22 @@ type Staged struct {
 	Params      map[string]string // pv.spec.csi.volumeAttributes, pav's own keys removed
 	Handle      string
 	ReadOnly    bool
+	// MutableParams are the parameters of the PV's VolumeAttributesClass
+	// (spec.volumeAttributesClassName) when the volume was staged; nil
+	// without one.
+	MutableParams map[string]string
 }
 
 // StagingVars is the context of spec.volumeStaging and spec.volumeUnstaging.
 func StagingVars(s Staged, objs Objects) (templating.Vars, error) {
 	v := templating.Vars{
-		"volumeMode":  string(s.VolumeMode),
-		"accessModes": accessModes(s.AccessModes),
-		"capacity":    s.Capacity,
-		"params":      params(s.Params),
-		"handle":      s.Handle,
-		"readOnly":    s.ReadOnly,
+		"volumeMode":    string(s.VolumeMode),
+		"accessModes":   accessModes(s.AccessModes),
+		"capacity":      s.Capacity,
+		"params":        params(s.Params),
+		"handle":        s.Handle,
+		"readOnly":      s.ReadOnly,
+		"mutableParams": params(s.MutableParams),
 	}
 	return v, addObjects(v, objs)
 }
