@@ -22,7 +22,9 @@
 // Creating → Reverting when creation fails for good (the deletion pod undoes
 // it, then the record goes and the caller gets the creation's failure). A
 // Created volume may grow (ControllerExpandVolume, expand.go): the growth
-// under way is status.expansion, and the volume stays Created throughout.
+// under way is status.expansion, and the volume stays Created throughout; and
+// its mutable parameters may change (ControllerModifyVolume, modify.go): the
+// change under way is status.modification.
 // A deletion (or revert) whose pod cannot be created because its namespace
 // is gone stays Deleting (or Reverting) with reason DeletionNamespaceGone, or
 // is forgotten (reason Forgotten, then the record goes): nsgone.go.
@@ -33,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -124,8 +127,9 @@ const maxPodEntries = 12
 // current spec declares (phase.FeaturesOf): EXPAND_VOLUME with
 // spec.volumeExpansion, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and GET_SNAPSHOT with
 // spec.snapshotCreation, CLONE_VOLUME with Volume in
-// spec.volumeCreation.contentSources. pav volumes are not attached
-// (attachRequired: false).
+// spec.volumeCreation.contentSources, MODIFY_VOLUME with
+// spec.volumeModification. pav volumes are not attached (attachRequired:
+// false).
 func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	rpcs := []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
 	p, err := s.Source.Get(false)
@@ -145,6 +149,9 @@ func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 	}
 	if f.Clones() {
 		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_CLONE_VOLUME)
+	}
+	if f.Modification {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME)
 	}
 	caps := make([]*csi.ControllerServiceCapability, 0, len(rpcs))
 	for _, c := range rpcs {
@@ -194,6 +201,16 @@ func (s *Server) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if !p.Spec.HasMode(v1alpha1.Dynamic) {
 		return nil, status.Errorf(codes.InvalidArgument, "PavProvisioner %q does not allow dynamic provisioning: add Dynamic to spec.provisioningModes, or create PVs statically", p.Name)
 	}
+	// The VolumeAttributesClass's parameters, checked before anything is
+	// written.
+	f, err := phase.FeaturesOf(&p.Spec)
+	if err != nil {
+		return nil, err
+	}
+	r.MutableParams = mutableParams(req.GetMutableParameters())
+	if err := checkMutableParams(p, f, r.MutableParams, "CreateVolume's mutable_parameters"); err != nil {
+		return nil, err
+	}
 	release, ok := s.busy.TryAcquire(name)
 	if !ok {
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", name)
@@ -232,6 +249,14 @@ func fits(v *v1alpha1.PavVolume, r phase.Request) error {
 		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists as a %s volume", sp.VolumeName, sp.RequestedVolumeMode)
 	case !maps.Equal(sp.Params, r.Params):
 		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists with other parameters", sp.VolumeName)
+	case !maps.Equal(sp.MutableParams, r.MutableParams):
+		// CSI: a volume of the name must be compatible with the request's
+		// mutable_parameters. The claim's volumeAttributesClassName changed
+		// before it was bound: creating the volume anew would leave the
+		// first one behind, and taking it as it is would make the PV name
+		// a class whose parameters it does not have.
+		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists with other mutable parameters (its VolumeAttributesClass's) %s, not %s: set the claim's volumeAttributesClassName back to the class it was created with, and change it once the claim is bound",
+			sp.VolumeName, describeParams(sp.MutableParams), describeParams(r.MutableParams))
 	case !sameSource(sp.Source, r.Source):
 		return grpcerr.Errorf(codes.AlreadyExists, "volume %s already exists with another content source", sp.VolumeName)
 	case v.Status.Phase == v1alpha1.VolumeCreated:
@@ -243,6 +268,17 @@ func fits(v *v1alpha1.PavVolume, r phase.Request) error {
 		return grpcerr.Errorf(codes.AlreadyExists, "volume %s is being created for another capacity range", sp.VolumeName)
 	}
 	return nil
+}
+
+// describeParams is a parameter map as people read it: {a: "1", b: "2"},
+// sorted; {} for none.
+func describeParams(m map[string]string) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s: %q", k, m[k])
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 func equalPtr(a, b *int64) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
@@ -283,6 +319,7 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 	sp.RequestedVolumeMode, sp.RequestedAccessModes = r.VolumeMode, r.AccessModes
 	sp.RequestedMinCapacity, sp.RequestedMaxCapacity, sp.Params = r.MinCapacity, r.MaxCapacity, r.Params
 	sp.AccessibilityRequirements, sp.Source = r.Topology, r.Source
+	sp.MutableParams = r.MutableParams
 	v := &v1alpha1.PavVolume{Spec: sp}
 
 	// The static checks and every template, before anything is written.
@@ -354,7 +391,10 @@ func (j *job) request() phase.Request {
 	sp := &j.v.Spec
 	return phase.Request{VolumeMode: sp.RequestedVolumeMode, AccessModes: sp.RequestedAccessModes,
 		MinCapacity: sp.RequestedMinCapacity, MaxCapacity: sp.RequestedMaxCapacity, Params: sp.Params,
-		Topology: sp.AccessibilityRequirements, Source: sp.Source}
+		Topology: sp.AccessibilityRequirements, Source: sp.Source,
+		// Validation and creation see CreateVolume's; every later phase the
+		// current ones.
+		MutableParams: j.v.CurrentMutableParams()}
 }
 
 func (j *job) objects() phase.Objects { return phase.Objects{PVC: j.v.Spec.PVC, SC: j.v.Spec.SC} }
@@ -967,6 +1007,9 @@ func (s *Server) deleteVolume(ctx context.Context, handle string) error {
 		if err := j.settleExpansion(ctx); err != nil {
 			return err
 		}
+		if err := j.settleModification(ctx); err != nil {
+			return err
+		}
 		cfg, err := j.deletion(ctx)
 		if err != nil {
 			return err
@@ -1045,8 +1088,16 @@ func (s *Server) validateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	if v == nil || v.Status.Phase != v1alpha1.VolumeCreated {
 		return nil, grpcerr.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
 	}
+	f, err := phase.FeaturesOf(&p.Spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMutableParams(p, f, mutableParams(req.GetMutableParameters()), "mutable_parameters"); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+	}
 	c := v.Status.Capacity
-	r := phase.Request{VolumeMode: mode, AccessModes: modes, MinCapacity: c, MaxCapacity: &c, Params: v.Spec.Params, Source: v.Spec.Source}
+	r := phase.Request{VolumeMode: mode, AccessModes: modes, MinCapacity: c, MaxCapacity: &c, Params: v.Spec.Params, Source: v.Spec.Source,
+		MutableParams: v.CurrentMutableParams()}
 	vars, err := phase.ValidationVars(r, phase.Objects{PVC: v.Spec.PVC, SC: v.Spec.SC}, "")
 	if err != nil {
 		return nil, err
@@ -1062,6 +1113,7 @@ func (s *Server) validateVolumeCapabilities(ctx context.Context, req *csi.Valida
 		VolumeContext:      req.GetVolumeContext(),
 		VolumeCapabilities: req.GetVolumeCapabilities(),
 		Parameters:         req.GetParameters(),
+		MutableParameters:  req.GetMutableParameters(),
 	}}, nil
 }
 

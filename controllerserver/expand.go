@@ -21,7 +21,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -293,32 +292,7 @@ func grownCapacity(files map[string]string, specCapacity *int64, want v1alpha1.V
 // is recorded) and then drops their entries, so that the next expansion's pod
 // may take the name and DeleteVolume has nothing to remove.
 func (j *job) removeExpansionPods(ctx context.Context) error {
-	done := false
-	for _, e := range j.v.Status.Pods {
-		if e.Phase != v1alpha1.PhaseExpansion || e.Outcome == v1alpha1.PodRunning {
-			continue
-		}
-		done = true
-		if e.Outcome == v1alpha1.PodLost {
-			continue
-		}
-		op := withIdentity(PodOperation(j.p.Name, e.Phase, j.keyOf(e), corev1.PodTemplateSpec{}), e)
-		if err := j.s.Pods.Delete(ctx, op); err != nil {
-			return fmt.Errorf("removing the finished expansion pod %s/%s: %w", e.Namespace, e.Name, err)
-		}
-	}
-	if !done {
-		return nil
-	}
-	return j.save(ctx, func(v *v1alpha1.PavVolume) {
-		pods := v.Status.Pods[:0]
-		for _, e := range v.Status.Pods {
-			if e.Phase != v1alpha1.PhaseExpansion || e.Outcome == v1alpha1.PodRunning {
-				pods = append(pods, e)
-			}
-		}
-		v.Status.Pods = pods
-	})
+	return j.removeFinishedPods(ctx, v1alpha1.PhaseExpansion)
 }
 
 // settleExpansion, before a volume is deleted, finishes an expansion its
