@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -136,6 +138,13 @@ func (s *Server) expand(ctx context.Context, p *v1alpha1.PavProvisioner, st *sta
 func (s *Server) nodeExpansion(ctx context.Context, p *v1alpha1.PavProvisioner, st *staged, grow *nodeExpansion) (*phase.PodConfig, error) {
 	v := st.vars()
 	v.Capacity = grow.Capacity
+	// The class the volume has now: it may have been modified since it was
+	// staged (unstaging, by contrast, undoes what staging saw).
+	m, err := s.currentMutableParams(ctx, p.Name, st)
+	if err != nil {
+		return nil, err
+	}
+	v.MutableParams = m
 	vars, err := phase.NodeExpansionVars(v, st.objects(), grow.Previous)
 	if err != nil {
 		return nil, err
@@ -145,6 +154,23 @@ func (s *Server) nodeExpansion(ctx context.Context, p *v1alpha1.PavProvisioner, 
 		err = grpcerr.Errorf(codes.FailedPrecondition, "PavProvisioner %q has no spec.volumeNodeExpansion: volume %s cannot grow on node %s", p.Name, st.Handle, s.NodeID)
 	}
 	return cfg, err
+}
+
+// currentMutableParams are the parameters of the VolumeAttributesClass the
+// staged volume's PV names now; what staging recorded without a client or a
+// known PV (or once the PV is gone).
+func (s *Server) currentMutableParams(ctx context.Context, driver string, st *staged) (map[string]string, error) {
+	if s.Client == nil || st.PV == "" {
+		return st.MutableParams, nil
+	}
+	pv, err := s.Client.PersistentVolumes().Get(ctx, st.PV, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return st.MutableParams, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading PersistentVolume %s: %w", st.PV, err)
+	}
+	return s.mutableParams(ctx, driver, pv)
 }
 
 // finishNodeExpansion runs (or adopts) the recorded node expansion's pod.

@@ -545,6 +545,11 @@ func (s *Server) stage(ctx context.Context, p *v1alpha1.PavProvisioner, r stageR
 		return err
 	}
 	st.apply(objs)
+	// Read at each staging: a restage sees the class the volume was
+	// modified to since.
+	if st.MutableParams, err = s.mutableParams(ctx, p.Name, objs.PV); err != nil {
+		return err
+	}
 	if !dynamic {
 		if err := s.validateStatic(ctx, p, st, objs, dir); err != nil {
 			return err
@@ -942,7 +947,8 @@ func (s *Server) validateStatic(ctx context.Context, p *v1alpha1.PavProvisioner,
 		return status.Errorf(codes.NotFound, "no pod on node %s uses a PersistentVolume of driver %s with volume handle %q", s.NodeID, p.Name, st.Handle)
 	}
 	capacity := st.Capacity
-	r := phase.Request{VolumeMode: st.VolumeMode, AccessModes: st.Access, MinCapacity: capacity, MaxCapacity: &capacity, Params: st.Params}
+	r := phase.Request{VolumeMode: st.VolumeMode, AccessModes: st.Access, MinCapacity: capacity, MaxCapacity: &capacity, Params: st.Params,
+		MutableParams: st.MutableParams}
 	if objs.PV != nil {
 		r.AccessModes = objs.PV.Spec.AccessModes
 	}

@@ -149,6 +149,39 @@ func claimsOf(pod *corev1.Pod) []string {
 	return out
 }
 
+// mutableParams are the parameters of the VolumeAttributesClass a PV names
+// (spec.volumeAttributesClassName), the staging context's mutableParams; nil
+// when it names none (or without a client). One GET, only for a PV that names
+// a class. VolumeAttributesClasses are cluster-scoped, immutable and written
+// by administrators, and external-resizer names a class on the PV only once
+// ControllerModifyVolume applied its parameters (external-provisioner at
+// creation, once CreateVolume had them): they are the volume's.
+func (s *Server) mutableParams(ctx context.Context, driver string, pv *corev1.PersistentVolume) (map[string]string, error) {
+	if s.Client == nil || pv == nil || pv.Spec.VolumeAttributesClassName == nil || *pv.Spec.VolumeAttributesClassName == "" {
+		return nil, nil
+	}
+	name := *pv.Spec.VolumeAttributesClassName
+	vac, err := s.Client.VolumeAttributesClasses().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// Kubernetes keeps a class while a PV or PVC names it (the
+		// vac-protection finalizer): someone removed it by force.
+		return nil, grpcerr.Errorf(codes.FailedPrecondition,
+			"VolumeAttributesClass %s, named by PersistentVolume %s (spec.volumeAttributesClassName), does not exist: it was removed although the volume uses it; create it again (driverName %s, with the parameters the volume was given) so that the volume can be staged with them",
+			name, pv.Name, driver)
+	case err != nil:
+		return nil, fmt.Errorf("reading VolumeAttributesClass %s of PersistentVolume %s: %w", name, pv.Name, err)
+	case vac.DriverName != driver:
+		return nil, grpcerr.Errorf(codes.FailedPrecondition,
+			"VolumeAttributesClass %s, named by PersistentVolume %s (spec.volumeAttributesClassName), is for driver %s, not %s: its parameters are not this provisioner's; name a class of driver %s",
+			name, pv.Name, vac.DriverName, driver, driver)
+	}
+	if len(vac.Parameters) == 0 {
+		return nil, nil
+	}
+	return vac.Parameters, nil
+}
+
 func describeCSI(pv *corev1.PersistentVolume) string {
 	if pv.Spec.CSI == nil {
 		return "not a CSI volume"

@@ -37,6 +37,10 @@ type staged struct {
 	ReadOnly   bool                                `json:"readOnly"`
 	PV         string                              `json:"pv,omitempty"`
 	StagedAt   string                              `json:"stagingTargetPath"`
+	// MutableParams are the parameters of the PV's VolumeAttributesClass
+	// when the volume was staged (the staging context's mutableParams): the
+	// unstaging and node expansion pods see what the staging pod saw.
+	MutableParams map[string]string `json:"mutableParams,omitempty"`
 
 	// The objects of the staging context, trimmed (volume.Snapshot): the
 	// unstaging pod gets the context the staging pod had, even once the PV or
@@ -131,7 +135,7 @@ func withID(op podrunner.Operation, id *podID) podrunner.Operation {
 
 func (st *staged) vars() phase.Staged {
 	return phase.Staged{VolumeMode: st.VolumeMode, AccessModes: st.Access, Capacity: st.Capacity,
-		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly}
+		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly, MutableParams: st.MutableParams}
 }
 
 // objects are the staging context's objects, from the snapshot.

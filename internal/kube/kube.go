@@ -1,5 +1,6 @@
 // Package kube is the part of the Kubernetes API the CSI driver uses: pods,
-// PersistentVolumes, PersistentVolumeClaims, Nodes, StorageClasses, events
+// PersistentVolumes, PersistentVolumeClaims, Nodes, StorageClasses,
+// VolumeAttributesClasses, events
 // and the server's version, built on client-go's generic typed client
 // (gentype) with a scheme of core/v1 and storage/v1 only.
 //
@@ -45,6 +46,9 @@ type Interface interface {
 	PersistentVolumeClaims(namespace string) Resource[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList]
 	Nodes() Resource[*corev1.Node, *corev1.NodeList]
 	StorageClasses() Resource[*storagev1.StorageClass, *storagev1.StorageClassList]
+	// VolumeAttributesClasses: the node plugin reads the class a PV names
+	// (its parameters are the staging context's mutableParams).
+	VolumeAttributesClasses() Resource[*storagev1.VolumeAttributesClass, *storagev1.VolumeAttributesClassList]
 	// EventSink is where an event recorder's events go (any namespace).
 	EventSink() record.EventSink
 	// ServerVersion asks the API server its version: the driver's
@@ -178,6 +182,12 @@ func (c *client) StorageClasses() Resource[*storagev1.StorageClass, *storagev1.S
 	return typed(c.storage, "storageclasses", "",
 		func() *storagev1.StorageClass { return &storagev1.StorageClass{} },
 		func() *storagev1.StorageClassList { return &storagev1.StorageClassList{} })
+}
+
+func (c *client) VolumeAttributesClasses() Resource[*storagev1.VolumeAttributesClass, *storagev1.VolumeAttributesClassList] {
+	return typed(c.storage, "volumeattributesclasses", "",
+		func() *storagev1.VolumeAttributesClass { return &storagev1.VolumeAttributesClass{} },
+		func() *storagev1.VolumeAttributesClassList { return &storagev1.VolumeAttributesClassList{} })
 }
 
 func (c *client) EventSink() record.EventSink { return eventSink{c.core} }

@@ -116,6 +116,8 @@ func TestPaths(t *testing.T) {
 			"GET /api/v1/nodes/n"},
 		{"storage class", func(c kube.Interface) error { _, err := c.StorageClasses().Get(ctx, "sc", get); return err },
 			"GET /apis/storage.k8s.io/v1/storageclasses/sc"},
+		{"volume attributes class", func(c kube.Interface) error { _, err := c.VolumeAttributesClasses().Get(ctx, "fast", get); return err },
+			"GET /apis/storage.k8s.io/v1/volumeattributesclasses/fast"},
 		{"event create", func(c kube.Interface) error {
 			_, err := c.EventSink().Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "ns"}})
 			return err

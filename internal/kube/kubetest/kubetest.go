@@ -46,6 +46,10 @@ func (c clientset) StorageClasses() kube.Resource[*storagev1.StorageClass, *stor
 	return c.c.StorageV1().StorageClasses()
 }
 
+func (c clientset) VolumeAttributesClasses() kube.Resource[*storagev1.VolumeAttributesClass, *storagev1.VolumeAttributesClassList] {
+	return c.c.StorageV1().VolumeAttributesClasses()
+}
+
 func (c clientset) EventSink() record.EventSink {
 	return &typedcorev1.EventSinkImpl{Interface: c.c.CoreV1().Events("")}
 }
