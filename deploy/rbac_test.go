@@ -110,6 +110,12 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshots", "update", false},
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshots", "delete", false},
 		{"pav-controller", "", "pods", "update", false},
+		// VolumeAttributesClass: external-provisioner GETs a claim's class, external-resizer
+		// watches them; neither writes one.
+		{"pav-controller", "storage.k8s.io", "volumeattributesclasses", "get", true},
+		{"pav-controller", "storage.k8s.io", "volumeattributesclasses", "watch", true},
+		{"pav-controller", "storage.k8s.io", "volumeattributesclasses", "update", false},
+		{"pav-controller", "storage.k8s.io", "volumeattributesclasses", "delete", false},
 		// The node plugin: its pods, the staging context, nothing else.
 		{"pav-node", "", "pods", "create", true},
 		{"pav-node", "", "pods", "delete", true},
@@ -117,6 +123,9 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-node", "", "persistentvolumes", "get", true},
 		{"pav-node", "", "persistentvolumeclaims", "get", true},
 		{"pav-node", "", "nodes", "get", true},
+		// The class a PV names, by name (mutableParams of the staging context).
+		{"pav-node", "storage.k8s.io", "volumeattributesclasses", "get", true},
+		{"pav-node", "storage.k8s.io", "volumeattributesclasses", "list", false},
 		{"pav-node", pav, "pavprovisioners", "watch", true},
 		{"pav-node", pav, "pavvolumes", "get", false},
 		{"pav-node", pav, "pavvolumes", "list", false},

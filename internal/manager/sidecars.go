@@ -12,9 +12,12 @@ import (
 
 // sidecars are the names of the controller pod's containers a provisioner gets:
 // the driver and external-provisioner always; external-resizer only when the
-// driver serves ControllerExpandVolume (spec.volumeExpansion) and
+// driver serves ControllerExpandVolume (spec.volumeExpansion) or
+// ControllerModifyVolume (spec.volumeModification: the resizer is also what
+// carries a claim's VolumeAttributesClass changes to the driver), and
 // external-snapshotter only when it serves CreateSnapshot (spec.snapshotCreation).
-// Both stock sidecars exit at start when the driver lacks the capability, so a
+// Both stock sidecars exit at start when the driver lacks the capability (the
+// resizer when it has neither EXPAND_VOLUME nor MODIFY_VOLUME), so a
 // provisioner without the phase would get a crash-looping controller pod.
 //
 // The features are those of the spec the drivers run with: the spec itself when
@@ -23,7 +26,7 @@ import (
 // driver serves nothing, and a sidecar would only crash-loop.
 func sidecars(f phase.Features) map[string]bool {
 	return map[string]bool{containerPav: true, containerProvision: true, containerLiveness: true,
-		containerResizer: f.Expansion, containerSnapshot: f.Snapshots}
+		containerResizer: f.Expansion || f.Modification, containerSnapshot: f.Snapshots}
 }
 
 // features are those of the spec the drivers run with

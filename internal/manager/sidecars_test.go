@@ -14,8 +14,9 @@ import (
 
 // Phases that bring a sidecar along (see sidecars).
 const (
-	phaseExpansion = "volumeExpansion: {}\n"
-	phaseSnapshots = "snapshotCreation: {}\n"
+	phaseExpansion    = "volumeExpansion: {}\n"
+	phaseSnapshots    = "snapshotCreation: {}\n"
+	phaseModification = "volumeModification: {mutableParameters: [readAheadKiB]}\n"
 )
 
 // provisionerWithPhases is provisioner(name) with extra top-level spec keys.
@@ -51,9 +52,10 @@ func controllerContainers(o *Objects) []string {
 }
 
 // A provisioner's controller pod gets csi-resizer only with spec.volumeExpansion
-// and csi-snapshotter only with spec.snapshotCreation: the stock sidecars exit
-// when the driver lacks the capability. An invalid spec counts by its last
-// valid version, the one the drivers fall back to.
+// or spec.volumeModification (external-resizer serves both) and csi-snapshotter
+// only with spec.snapshotCreation: the stock sidecars exit when the driver
+// lacks the capability. An invalid spec counts by its last valid version, the
+// one the drivers fall back to.
 func TestSidecarsFollowPhases(t *testing.T) {
 	base := []string{containerPav, containerProvision}
 	// livenessprobe, last in the manifest, runs in every controller pod.
@@ -81,6 +83,12 @@ func TestSidecarsFollowPhases(t *testing.T) {
 			with(containerResizer, containerSnapshot)},
 		{"online expansion is expansion", typed(t, provisionerWithPhases("p1", "uid-1", 1, "volumeExpansion: {online: false}\n")),
 			with(containerResizer)},
+		{"modification alone", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseModification)), with(containerResizer)},
+		{"modification and expansion: one resizer", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseModification, phaseExpansion)),
+			with(containerResizer)},
+		{"modification and snapshots", typed(t, provisionerWithPhases("p1", "uid-1", 1, phaseModification, phaseSnapshots)),
+			with(containerResizer, containerSnapshot)},
+		{"invalid, last valid had modification", invalid(phaseModification), with(containerResizer)},
 		{"invalid, last valid had expansion", invalid(phaseExpansion), with(containerResizer)},
 		{"invalid, last valid had none", invalid(""), with()},
 		{"invalid, nothing valid known", invalid(), with()},
@@ -162,7 +170,9 @@ func TestPhaseEditUpdatesStatefulSet(t *testing.T) {
 			[]string{"apply pavprovisioners/status p1"}, "expansion=online,snapshots"},
 		{"drop snapshots", 4, []string{phaseExpansion}, []string{containerPav, containerProvision, containerResizer, containerLiveness},
 			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "expansion=online"},
-		{"drop expansion", 5, nil, []string{containerPav, containerProvision, containerLiveness},
+		{"expansion for modification: the resizer stays", 5, []string{phaseModification}, []string{containerPav, containerProvision, containerResizer, containerLiveness},
+			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "modification=readAheadKiB"},
+		{"drop modification", 6, nil, []string{containerPav, containerProvision, containerLiveness},
 			[]string{"apply daemonsets pav-p1-node", "apply pavprovisioners/status p1", "apply statefulsets pav-p1-controller"}, "none"},
 	} {
 		f.edit("p1", func(u *unstructured.Unstructured) {
