@@ -42,7 +42,8 @@ const NodeName = "sanity-node"
 // when it restores a snapshot or clones a volume; the snapshot creation pod
 // reports a handle of its own and the source volume's capacity; the expansion
 // pod reports the capacity it was asked for; the staging and node expansion pods
-// tell the fake kubelet the mode and capacity they must provide.
+// tell the fake kubelet the mode and capacity they must provide; the modification
+// pod changes nothing (csi-sanity's ModifyVolume specs: tier is its mutable parameter).
 const Provisioner = `apiVersion: pav.albertofaria.github.io/v1alpha1
 kind: PavProvisioner
 metadata:
@@ -112,6 +113,15 @@ spec:
             env:
               - {name: VOLUME_MODE, value: "{{ volumeMode }}"}
               - {name: CAPACITY, value: "{{ capacity }}"}
+  volumeModification:
+    mutableParameters: [tier]
+    podTemplate:
+      spec:
+        containers:
+          - name: modify
+            image: busybox
+            env:
+              - {name: TIER, value: "{{ mutableParams.tier | default('none') }}"}
 `
 
 // Run starts pav on a unix socket and runs csi-sanity with the given access type
@@ -162,6 +172,9 @@ func Run(t *testing.T, accessType string) {
 	cfg.TestVolumeAccessType = accessType
 	// Block volumes are real loop devices over sparse files: keep them small.
 	cfg.TestVolumeSize = 64 << 20
+	// A VolumeAttributesClass's parameters: the ModifyVolume specs create and modify
+	// volumes with them (and expect an unknown key refused).
+	cfg.TestVolumeMutableParameters = map[string]string{"tier": "gold"}
 	sanity.Test(t, cfg)
 
 	srv.Stop()
