@@ -235,6 +235,11 @@ func (j *job) finishModification(ctx context.Context) error {
 	case errors.Is(err, podrunner.ErrForeignPod):
 		// Final until a human deletes that pod; the next call runs ours.
 		failure = err
+	case errors.Is(err, podrunner.ErrNamespaceGone):
+		// A template put the pod in a namespace that is gone: it was never
+		// created, nothing changed. Final until the namespace exists again;
+		// a deletion goes on without it.
+		failure = err
 	case err != nil:
 		// Still running, lost (a successor is recorded), or the API: the
 		// retry goes on with the recorded modification.
@@ -275,7 +280,7 @@ func (j *job) settleModification(ctx context.Context) error {
 		return j.removeFinishedPods(ctx, v1alpha1.PhaseModification)
 	}
 	err := j.finishModification(ctx)
-	if _, failed := podrunner.IsPodFailure(err); failed || errors.Is(err, podrunner.ErrForeignPod) {
+	if _, failed := podrunner.IsPodFailure(err); failed || errors.Is(err, podrunner.ErrForeignPod) || errors.Is(err, podrunner.ErrNamespaceGone) {
 		klog.FromContext(ctx).Info("The volume's last modification failed; deleting it anyway", "volume", j.v.Spec.VolumeName, "err", err.Error())
 		return nil
 	}

@@ -596,3 +596,31 @@ func TestModificationWrites(t *testing.T) {
 		t.Errorf("writes: %d record + %d pod for a change, %d for its repeat; want 4 + 2, 0", change, pods, repeat)
 	}
 }
+
+// TestModificationNamespaceGone: a modification under way whose pod's
+// namespace went (its claim was deleted with it) does not hold the deletion
+// up, as an expansion's does not (TestExpansionNamespaceGone).
+func TestModificationNamespaceGone(t *testing.T) {
+	spec := strings.Replace(nsSpec("Forget", claimNS), "  volumeStaging:",
+		`  volumeModification: {mutableParameters: [tier], podTemplate: {metadata: {namespace: "{{ pvc.metadata.namespace }}"}, spec: {containers: [{name: m, image: busybox}]}}}`+"\n  volumeStaging:", 1)
+	runner := &fakeRunner{}
+	c, s, _ := nsVolume(t, spec, runner, "")
+	runner.answers[v1alpha1.PhaseModification] = stillRunning
+	if _, err := s.ControllerModifyVolume(context.Background(), modifyReq("pvc-uid-1", map[string]string{"tier": "gold"})); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("modification: %v", err)
+	}
+	runner.mu.Lock()
+	runner.pods = map[string]fakePod{} // killed with its namespace
+	runner.mu.Unlock()
+	runner.refuse = refuseIn("", nsTerminating)
+	if _, err := s.DeleteVolume(context.Background(), deleteReq("pvc-uid-1")); status.Code(err) != codes.Aborted {
+		// The lost modification pod is recorded first (ABORTED), as any.
+		t.Fatalf("DeleteVolume = %v, want Aborted", err)
+	}
+	if _, err := s.DeleteVolume(context.Background(), deleteReq("pvc-uid-1")); err != nil {
+		t.Fatalf("DeleteVolume = %v", err)
+	}
+	if c.volume("pvc-uid-1") != nil || runner.live() != 0 {
+		t.Fatal("the volume was not forgotten")
+	}
+}
