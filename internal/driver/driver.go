@@ -368,8 +368,23 @@ func NewGRPCServer(s *Services, mm metrics.CSIMetricsManager) *grpc.Server {
 	}
 	if s.Node != nil {
 		csi.RegisterNodeServer(srv, s.Node)
+	} else {
+		csi.RegisterNodeServer(srv, controllerNode{})
 	}
 	return srv
+}
+
+// controllerNode is the Node service of a controller plugin: no node RPC but
+// NodeGetCapabilities, which says there are none here. external-resizer asks
+// the controller's socket for the node capabilities when the driver lacks
+// controller EXPAND_VOLUME (a driver that grows volumes on the node only) and
+// exits when the service is not there, so that a provisioner with
+// volumeModification but no volumeExpansion would never have its volumes
+// modified.
+type controllerNode struct{ csi.UnimplementedNodeServer }
+
+func (controllerNode) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{}, nil
 }
 
 func interceptor(mm metrics.CSIMetricsManager) grpc.UnaryServerInterceptor {

@@ -15,7 +15,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -130,6 +132,16 @@ func TestServeOverSocket(t *testing.T) {
 	}
 	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{}); err == nil {
 		t.Fatal("DeleteVolume without id succeeded")
+	}
+	// The controller's socket answers NodeGetCapabilities with none (external-resizer
+	// asks it of a driver without controller EXPAND_VOLUME, and exits on
+	// Unimplemented), and serves no other node RPC.
+	nc := csi.NewNodeClient(conn)
+	if caps, err := nc.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{}); err != nil || len(caps.GetCapabilities()) != 0 {
+		t.Fatalf("NodeGetCapabilities on the controller = %v, %v; want none", caps, err)
+	}
+	if _, err := nc.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("NodeGetInfo on the controller: %v, want Unimplemented", err)
 	}
 	families, err := mm.GetRegistry().Gather()
 	if err != nil {
