@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -315,46 +314,29 @@ func features(src provisioner.Source) func() (phase.Features, error) {
 	}
 }
 
-// apiCheckInterval is how long an answer of the API server vouches for it in
-// readiness (/readyz, CSI Probe). The kubelet probes every 5 s: asking the
-// API server each time cost every driver process 12 requests a minute, idle
-// or not, and a cluster of 1,000 nodes with 10 provisioners 2,000 requests a
-// second for nothing but probes. An outage is still seen within a minute.
-const apiCheckInterval = time.Minute
-
 // readiness is the driver's readiness: the PavProvisioner loaded and valid,
-// and the API server answering (asked at most once per apiCheckInterval
-// while it answers; at every check while it does not).
+// and the API server answering (kube.APICheck).
 type readiness struct {
-	src    provisioner.Source
-	client kube.Interface
-	now    func() time.Time
-
-	mu       sync.Mutex
-	answered time.Time // the API server's last answer
+	src provisioner.Source
+	api *kube.APICheck // nil: no Kubernetes at all
 }
 
 func newReadiness(src provisioner.Source, client kube.Interface) *readiness {
-	return &readiness{src: src, client: client, now: time.Now}
+	r := &readiness{src: src}
+	if client != nil {
+		r.api = &kube.APICheck{Client: client}
+	}
+	return r
 }
 
 func (r *readiness) check(ctx context.Context) error {
 	if _, err := r.src.Get(false); err != nil {
 		return err
 	}
-	if r.client == nil {
+	if r.api == nil {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.answered.IsZero() && r.now().Sub(r.answered) < apiCheckInterval {
-		return nil
-	}
-	if _, err := r.client.ServerVersion(ctx); err != nil {
-		return fmt.Errorf("the Kubernetes API is not reachable: %w", err)
-	}
-	r.answered = r.now()
-	return nil
+	return r.api.Check(ctx)
 }
 
 // NewGRPCServer registers the services on a gRPC server whose interceptor logs

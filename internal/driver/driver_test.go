@@ -201,7 +201,7 @@ func TestProbes(t *testing.T) {
 	}
 }
 
-// Readiness asks the API server at most once per apiCheckInterval while it
+// Readiness asks the API server at most once per kube.APICheckInterval while it
 // answers (the kubelet probes every 5 s on every node), and at every check
 // while it does not.
 func TestReadinessAsksTheAPIServerOncePerInterval(t *testing.T) {
@@ -213,7 +213,7 @@ func TestReadinessAsksTheAPIServerOncePerInterval(t *testing.T) {
 	})
 	now := time.Unix(1000, 0)
 	r := newReadiness(provisioner.Static{P: &v1alpha1.PavProvisioner{}}, kubetest.Wrap(client))
-	r.now = func() time.Time { return now }
+	r.api.Now = func() time.Time { return now }
 	for i, step := range []struct {
 		advance time.Duration
 		want    int

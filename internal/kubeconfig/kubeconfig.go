@@ -63,6 +63,7 @@ func (r Rate) Validate() error {
 
 // Load returns the client configuration from path, or the in-cluster one
 // when path is empty, sending at most rate (DefaultRate where rate is zero).
+// Its requests wait out an API server outage (outage.go).
 func Load(path string, rate Rate) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
@@ -82,6 +83,9 @@ func Load(path string, rate Rate) (*rest.Config, error) {
 	// the rate once per client.
 	cfg.QPS, cfg.Burst = float32(rate.QPS), rate.Burst
 	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	// Requests that cannot reach the API server wait for its return (see
+	// outage.go); one outage per process, shared by every client of cfg.
+	cfg.Wrap(newOutage().wrap)
 	return cfg, nil
 }
 

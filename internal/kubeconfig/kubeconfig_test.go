@@ -9,12 +9,7 @@ import (
 // Every client built from the config shares one token bucket: the rate is
 // the process's, not each client's.
 func TestLoadSharesOneRateLimiter(t *testing.T) {
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"+
-		"users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Load(kc, Rate{})
+	cfg, err := Load(writeKubeconfig(t, "http://127.0.0.1:1"), Rate{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,4 +19,14 @@ func TestLoadSharesOneRateLimiter(t *testing.T) {
 	if err := (Rate{QPS: 0, Burst: 1}).Validate(); err == nil {
 		t.Error("a zero QPS passed")
 	}
+}
+
+// writeKubeconfig writes a kubeconfig of one server, without credentials.
+func writeKubeconfig(t *testing.T, server string) string {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: '"+server+"'}}]\n"+
+		"users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }

@@ -53,8 +53,14 @@ type Config struct {
 
 // Controller reconciles PavProvisioners.
 type Controller struct {
-	cfg   Config
-	queue workqueue.TypedRateLimitingInterface[string]
+	cfg Config
+	// queue is the current term's (see Run); events queue there, and its
+	// workers read it.
+	queueMu sync.RWMutex
+	queue   workqueue.TypedRateLimitingInterface[string]
+	// own are the objects that always reconcile a provisioner (itself, its
+	// workloads, its CSIDriver) and their keys: each term starts from them.
+	own []keyedStore
 
 	provisioners cache.GenericLister
 	statefulSets listers.ResourceIndexer[*appsv1.StatefulSet]
@@ -74,9 +80,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Namespace == "" {
 		return nil, fmt.Errorf("the manager's namespace is required (POD_NAMESPACE or --namespace)")
 	}
-	c := &Controller{cfg: cfg, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "pav-manager"})}
+	c := &Controller{cfg: cfg, queue: newQueue()}
 
 	provInf := kube.NewInformer(cfg.Dynamic, cfg.Dynamic.Resource(v1alpha1.GroupVersionResource), &unstructured.Unstructured{},
 		cfg.Resync, nil, nil)
@@ -166,8 +170,29 @@ func New(cfg Config) (*Controller, error) {
 		}
 		c.synced = append(c.synced, h.inf.HasSynced)
 		c.start = append(c.start, h.inf.Run)
+		if route == always {
+			c.own = append(c.own, keyedStore{h.inf.GetStore(), keys})
+		}
 	}
 	return c, nil
+}
+
+// keyedStore is an informer's cache and the provisioners its objects concern.
+type keyedStore struct {
+	store cache.Store
+	keys  func(any) []string
+}
+
+func newQueue() workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "pav-manager"})
+}
+
+// q is the current term's queue.
+func (c *Controller) q() workqueue.TypedRateLimitingInterface[string] {
+	c.queueMu.RLock()
+	defer c.queueMu.RUnlock()
+	return c.queue
 }
 
 // Start runs the informers until ctx ends and waits for their first sync.
@@ -191,21 +216,39 @@ func (c *Controller) HasSynced() bool {
 	return true
 }
 
-// Run processes the queue with workers goroutines until ctx ends and they have
-// finished; one key is never reconciled by two workers at once (the workqueue
-// guarantees it).
+// Run is one term of the manager (while it leads): it processes the queue
+// with workers goroutines until ctx ends and they have finished; one key is
+// never reconciled by two workers at once (the workqueue guarantees it).
+//
+// A term has a queue of its own, shut down at its end, which starts with
+// every provisioner the caches know of: the manager may lead again, after a
+// lost Lease, with the caches it kept meanwhile, and the events between two
+// terms went to a queue nobody read.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
+	q := newQueue()
+	c.queueMu.Lock()
+	before := c.queue
+	c.queue = q
+	c.queueMu.Unlock()
+	before.ShutDown()
+	for _, o := range c.own {
+		for _, obj := range o.store.List() {
+			for _, k := range o.keys(obj) {
+				q.Add(k)
+			}
+		}
+	}
 	go func() {
 		<-ctx.Done()
-		c.queue.ShutDown()
+		q.ShutDown()
 	}()
 	klog.InfoS("pav manager reconciling", "workers", workers, "namespace", c.cfg.Namespace)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.processNext(ctx) {
+				for c.processNext(ctx, q) {
 				}
 			}, time.Second)
 		})
@@ -215,18 +258,18 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	wg.Wait()
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
+func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) bool {
+	name, quit := q.Get()
 	if quit {
 		return false
 	}
-	defer c.queue.Done(name)
+	defer q.Done(name)
 	if err := c.reconcile(ctx, name); err != nil {
-		klog.ErrorS(err, "reconcile failed; retrying", "provisioner", name, "retries", c.queue.NumRequeues(name))
-		c.queue.AddRateLimited(name)
+		klog.ErrorS(err, "reconcile failed; retrying", "provisioner", name, "retries", q.NumRequeues(name))
+		q.AddRateLimited(name)
 		return true
 	}
-	c.queue.Forget(name)
+	q.Forget(name)
 	return true
 }
 
@@ -260,9 +303,9 @@ const volumeCountDelay = 2 * time.Second
 func (c *Controller) route(name string, r routing, arrivalOrDeparture bool) {
 	switch {
 	case r == always || c.terminating(name):
-		c.queue.Add(name)
+		c.q().Add(name)
 	case r == counted && arrivalOrDeparture:
-		c.queue.AddAfter(name, volumeCountDelay)
+		c.q().AddAfter(name, volumeCountDelay)
 	}
 }
 

@@ -3,104 +3,173 @@ package manager
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/pods-as-volumes/pav/internal/kube"
 )
 
-// electCase is the variable that makes this test binary, run again, one
-// case of TestElect.
-const electCase = "PAV_TEST_ELECT"
+// fastElection shortens the election's timing for a test.
+func fastElection(t *testing.T) {
+	l, r, p := leaseDuration, renewDeadline, retryPeriod
+	leaseDuration, renewDeadline, retryPeriod = 1500*time.Millisecond, time.Second, 100*time.Millisecond
+	t.Cleanup(func() { leaseDuration, renewDeadline, retryPeriod = l, r, p })
+}
 
-// TestElect: on shutdown a leading manager's workers stop before it releases
-// its Lease; a manager that is not leading stops at once. csi-lib-utils exits
-// the process when the election ends (code 1), so each case runs in a child
-// process, this test binary run again, which prints what it sees.
-func TestElect(t *testing.T) {
-	if c := os.Getenv(electCase); c != "" {
-		electChild(c)
-		return
+func holder(t *testing.T, cs *kubefake.Clientset) string {
+	t.Helper()
+	l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "pav-manager", metav1.GetOptions{})
+	if err != nil {
+		t.Error(err) // from the workers' goroutine too: no Fatal
+		return ""
 	}
-	for _, tc := range []struct {
-		name, want string
-	}{
-		{"leading", "leading\nworkers stopped, Lease held: true\nreleased\n"},
-		{"standby", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestElect$")
-			cmd.Env = append(os.Environ(), electCase+"="+tc.name)
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			start := time.Now()
-			out, err := cmd.Output()
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-				t.Errorf("the child ended with %v, want exit code 1 (the library's)\n%s", err, stderr.String())
-			}
-			if string(out) != tc.want {
-				t.Errorf("the child printed %q, want %q\n%s", out, tc.want, stderr.String())
-			}
-			// Stopping does not wait for a Lease to expire.
-			if d := time.Since(start); d > leaseDuration {
-				t.Errorf("the child took %v", d)
-			}
-		})
+	return ptr.Deref(l.Spec.HolderIdentity, "")
+}
+
+// runElection runs elect's election in the background; done closes when Run
+// returns (its error in *err).
+func runElection(t *testing.T, ctx context.Context, cs *kubefake.Clientset, work func(context.Context)) (done chan struct{}, err *error) {
+	le, _ := elect(ctx, cs, Options{Namespace: ns, LeaseName: "pav-manager"}, work)
+	done, err = make(chan struct{}), new(error)
+	go func() {
+		defer close(done)
+		*err = le.Run()
+	}()
+	return done, err
+}
+
+// On shutdown a leading manager's workers stop before it releases its Lease,
+// and Run returns.
+func TestElectShutdownWhileLeading(t *testing.T) {
+	fastElection(t)
+	cs := kubefake.NewClientset()
+	ctx, shutdown := context.WithCancel(context.Background())
+	var heldWhenStopped atomic.Bool
+	var id string
+	done, err := runElection(t, ctx, cs, func(wctx context.Context) {
+		id = holder(t, cs)
+		shutdown()
+		<-wctx.Done()
+		time.Sleep(300 * time.Millisecond) // a reconcile ending
+		heldWhenStopped.Store(holder(t, cs) == id)
+	})
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after shutdown")
+	}
+	if *err != nil {
+		t.Errorf("Run: %v", *err)
+	}
+	if !heldWhenStopped.Load() {
+		t.Error("the Lease was released before the workers stopped")
+	}
+	if h := holder(t, cs); h != "" {
+		t.Errorf("after shutdown the Lease is held by %q, want released", h)
 	}
 }
 
-// electChild is one case of TestElect; it does not return.
-func electChild(c string) {
+// A manager that is not leading stops at once and leaves the Lease alone.
+func TestElectShutdownOnStandby(t *testing.T) {
+	fastElection(t)
 	cs := kubefake.NewClientset()
-	lease := func() *coordinationv1.Lease {
-		l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "pav-manager", metav1.GetOptions{})
-		if err != nil {
-			panic(err)
-		}
-		return l
+	now := metav1.NewMicroTime(time.Now())
+	if _, err := cs.CoordinationV1().Leases(ns).Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "pav-manager", Namespace: ns},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("another"), LeaseDurationSeconds: ptr.To(int32(3600)),
+			AcquireTime: &now, RenewTime: &now},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if c == "standby" {
-		now := metav1.NewMicroTime(time.Now())
-		if _, err := cs.CoordinationV1().Leases(ns).Create(context.Background(), &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: "pav-manager", Namespace: ns},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("another"), LeaseDurationSeconds: ptr.To(int32(3600)),
-				AcquireTime: &now, RenewTime: &now},
-		}, metav1.CreateOptions{}); err != nil {
-			panic(err)
-		}
+	ctx, shutdown := context.WithCancel(context.Background())
+	done, _ := runElection(t, ctx, cs, func(context.Context) { t.Error("a manager on standby worked") })
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	shutdown()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after shutdown")
 	}
-	cs.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease); ptr.Deref(l.Spec.HolderIdentity, "") == "" {
-			fmt.Println("released")
+	if d := time.Since(start); d > leaseDuration {
+		t.Errorf("stopping took %v", d)
+	}
+	if h := holder(t, cs); h != "another" {
+		t.Errorf("the Lease is held by %q, want another's still", h)
+	}
+}
+
+// An API server outage longer than the renew deadline costs the Lease, not
+// the process: the workers stop, the manager campaigns again with the same
+// identity and, once the API server answers, takes the Lease back at once
+// and works again; the process (its caches) lives on.
+func TestElectSurvivesALostLease(t *testing.T) {
+	fastElection(t)
+	cs := kubefake.NewClientset()
+	var down atomic.Bool
+	cs.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("dial tcp 10.0.0.1:443: connect: connection refused")
 		}
 		return false, nil, nil
 	})
 	ctx, shutdown := context.WithCancel(context.Background())
-	le, _ := elect(ctx, cs, Options{Namespace: ns, LeaseName: "pav-manager"}, func(ctx context.Context) {
-		fmt.Println("leading")
-		shutdown()
-		<-ctx.Done()
-		time.Sleep(300 * time.Millisecond) // a reconcile ending
-		held := ptr.Deref(lease().Spec.HolderIdentity, "")
-		fmt.Printf("workers stopped, Lease held: %v\n", held != "" && held != "another")
+	defer shutdown()
+	var mu sync.Mutex
+	var terms []string // holder at each term's start, and "stopped" at each end
+	began := make(chan struct{}, 4)
+	done, err := runElection(t, ctx, cs, func(wctx context.Context) {
+		mu.Lock()
+		terms = append(terms, holder(t, cs))
+		mu.Unlock()
+		began <- struct{}{}
+		<-wctx.Done()
+		mu.Lock()
+		terms = append(terms, "stopped")
+		mu.Unlock()
 	})
-	if c == "standby" {
-		time.AfterFunc(300*time.Millisecond, shutdown)
+	<-began
+	down.Store(true)
+	time.Sleep(renewDeadline + time.Second) // the outage: the renewals fail past the deadline
+	mu.Lock()
+	stoppedInOutage := len(terms) == 2 && terms[1] == "stopped"
+	mu.Unlock()
+	if !stoppedInOutage {
+		t.Errorf("the workers did not stop on the lost Lease: %q", terms)
 	}
-	fmt.Println("Run returned", le.Run())
-	os.Exit(0)
+	back := time.Now()
+	down.Store(false)
+	select {
+	case <-began:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the manager did not lead again after the outage")
+	}
+	if d := time.Since(back); d > leaseDuration {
+		t.Errorf("leading again took %v after the API server's return: it waited for its own Lease to expire", d)
+	}
+	shutdown()
+	<-done
+	if *err != nil {
+		t.Errorf("Run: %v", *err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(terms) != 4 || terms[0] == "" || terms[2] != terms[0] || terms[3] != "stopped" {
+		t.Errorf("terms %q: want two, of one identity, each stopped", terms)
+	}
 }
 
 // The manager's /healthz is the election's check, which passes until the
@@ -110,9 +179,35 @@ func TestHealthz(t *testing.T) {
 	_, check := elect(t.Context(), kubefake.NewClientset(), Options{Namespace: ns, LeaseName: "pav-manager"}, func(context.Context) {})
 	for name, h := range map[string]http.Handler{"elected": check, "no election": nil} {
 		rec := httptest.NewRecorder()
-		healthServer(":0", nil, h).Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		healthServer(":0", nil, nil, h).Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 		if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Body.String(), "ok") {
 			t.Errorf("%s: /healthz %d %q", name, rec.Code, rec.Body.String())
+		}
+	}
+}
+
+type versionAnswer struct{ err error }
+
+func (v versionAnswer) ServerVersion(context.Context) (*version.Info, error) {
+	return &version.Info{GitVersion: "v1.36.3"}, v.err
+}
+
+// /readyz: the informers synced and the API server answering, as the
+// drivers' readiness: not ready during an outage, ready at its end.
+func TestReadyz(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"API server answers", nil, http.StatusOK},
+		{"API server down", errors.New("waiting for the API server: context deadline exceeded"), http.StatusServiceUnavailable},
+	} {
+		rec := httptest.NewRecorder()
+		healthServer(":0", &Controller{}, &kube.APICheck{Client: versionAnswer{tc.err}}, nil).Handler.ServeHTTP(rec,
+			httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code != tc.want || (tc.err != nil && !strings.Contains(rec.Body.String(), "the Kubernetes API is not reachable")) {
+			t.Errorf("%s: /readyz %d %q, want %d", tc.name, rec.Code, rec.Body.String(), tc.want)
 		}
 	}
 }

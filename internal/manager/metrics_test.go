@@ -28,7 +28,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	healthServer(":0", nil, nil).Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	healthServer(":0", nil, nil, nil).Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	host := strings.TrimPrefix(api.URL, "http://")
 	for _, want := range []string{`rest_client_requests_total{code="200",host="` + host + `",method="GET"} 1`, "process_resident_memory_bytes"} {
 		if !strings.Contains(rec.Body.String(), want) {

@@ -567,6 +567,42 @@ func TestRunConverges(t *testing.T) {
 	}
 }
 
+// A manager that leads again after a lost Lease (a term ended, another
+// begins in the same process, with the caches it kept) reconciles what
+// changed in between: the events of that time went to no worker.
+func TestRunAgainAfterATermEnded(t *testing.T) {
+	f := newFixture(t, Settings{})
+	term, end := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.c.Run(term, 2) }()
+	f.create(provisioner("p1", "uid-1", 1))
+	eventually(t, "the DaemonSet", func() bool {
+		_, err := f.kube.AppsV1().DaemonSets(ns).Get(f.ctx, "pav-p1-node", metav1.GetOptions{})
+		return err == nil
+	})
+	end()
+	<-done
+	// Between the terms: the DaemonSet deleted behind the manager's back.
+	if err := f.kube.AppsV1().DaemonSets(ns).Delete(f.ctx, "pav-p1-node", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deletion in the cache", func() bool {
+		_, err := f.c.daemonSets.Get("pav-p1-node")
+		return err != nil
+	})
+	time.Sleep(100 * time.Millisecond)
+	if _, err := f.kube.AppsV1().DaemonSets(ns).Get(f.ctx, "pav-p1-node", metav1.GetOptions{}); err == nil {
+		t.Fatal("reconciled between two terms")
+	}
+	term2, end2 := context.WithCancel(f.ctx)
+	defer end2()
+	go f.c.Run(term2, 2)
+	eventually(t, "the DaemonSet again, in the second term", func() bool {
+		_, err := f.kube.AppsV1().DaemonSets(ns).Get(f.ctx, "pav-p1-node", metav1.GetOptions{})
+		return err == nil
+	})
+}
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -618,8 +654,7 @@ func TestEventRouting(t *testing.T) {
 		{"pod or record, provisioner being deleted", "leaving", guarding, false, true, false},
 	} {
 		q := &recordingQueue{}
-		c := *f.c
-		c.queue = q
+		c := &Controller{cfg: f.c.cfg, provisioners: f.c.provisioners, queue: q}
 		c.route(tc.provisioner, tc.route, tc.arrival)
 		if got := len(q.now) == 1; got != tc.now {
 			t.Errorf("%s: queued now %v, want %v", tc.name, q.now, tc.now)

@@ -1001,47 +1001,11 @@ func daemonPid(name string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-// apiServerOutage kills the API server (SIGKILL: a crash), keeps it down for the seeded
-// 5–30 s, and starts it again with its own command line, the way hack/cluster/up.sh starts
-// its daemons (its own session, descriptors beyond 0-2 closed — such as the cluster lock's
-// — and its pid in its pid file). Not up.sh itself: that imports every image archive before
-// the API server starts, which would stretch the outage by as long.
+// apiServerOutage takes the API server down for the seeded 5–30 s (apiServerDown).
 func (s *soak) apiServerOutage(ctx context.Context, f soakFaultPlan) (string, error) {
 	what := fmt.Sprintf("API server down %v", f.down.Round(100*time.Millisecond))
-	pid, err := daemonPid("kube-apiserver")
-	if err != nil {
-		return what, err
-	}
-	argv, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return what, err
-	}
-	args := strings.Split(strings.TrimRight(string(argv), "\x00"), "\x00")
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return what, err
-	}
-	if err := until(ctx, time.Minute, func(context.Context) (bool, error) { return syscall.Kill(pid, 0) != nil, nil }); err != nil {
-		return what, fmt.Errorf("the API server (pid %d) did not die: %v", pid, err)
-	}
-	soakPause(ctx, f.down)
-	logf, err := os.OpenFile(filepath.Join(clusterDir(), "logs", "kube-apiserver.log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return what, err
-	}
-	defer logf.Close()
-	fmt.Fprintf(logf, "==== %s start (TestSoak)\n", time.Now().Format(time.RFC3339))
-	cmd := exec.Command("setsid", append([]string{"bash", "-c", `for fd in /proc/$$/fd/*; do fd=${fd##*/}
-      if [ "$fd" -gt 2 ] && [ -e "/proc/$$/fd/$fd" ]; then eval "exec $fd>&-"; fi; done
-    echo $$ > "$0"; exec "$@"`, filepath.Join(clusterDir(), "run", "kube-apiserver.pid")}, args...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return what, fmt.Errorf("starting the API server again: %v", err)
-	}
-	go func() { _ = cmd.Wait() }() // reaped whenever it ends; it outlives the test
-	return what, until(ctx, soakStep, func(ctx context.Context) (bool, error) {
-		b, err := client.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err == nil && strings.HasPrefix(string(b), "ok"), nil
-	})
+	_, _, err := apiServerDown(ctx, f.down, "TestSoak", nil)
+	return what, err
 }
 
 // deletePhasePod deletes, as an operator would (kubectl delete pod), a pav phase pod of a
