@@ -56,7 +56,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > $(MAX_FILE_BYTES)'); \
 	if [ -n "$$big" ]; then echo "tracked files over $(MAX_FILE_BYTES) bytes (bytes, path); untrack them and ignore build outputs in .gitignore:"; echo "$$big"; exit 1; fi
-	@$(GO) mod tidy -diff > _output/tidy.diff 2>&1 || { echo "go.mod or go.sum is not tidy: run go mod tidy (the difference:)"; cat _output/tidy.diff; exit 1; }
+	@diff=$$($(GO) mod tidy -diff 2>&1) || { echo "go.mod or go.sum is not tidy: run go mod tidy (the difference:)"; echo "$$diff"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags bench ./test/bench
