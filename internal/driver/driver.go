@@ -244,12 +244,18 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 			return nil, nil, err
 		}
 		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, Client: d.Client,
-			Recorder: d.Recorder}
+			Recorder: d.Recorder, Background: ctx}
 		if d.Client != nil {
 			// Before serving: no operation meets a volume of v0.2.0's
 			// without its record, and no new volume takes its handle.
 			if err := adoptLegacyVolumes(ctx, svc.Controller, name); err != nil {
 				return nil, nil, err
+			}
+			// The capacity pods an earlier process left: their reports are
+			// never read. One that stays (the API did not answer) is
+			// removed when its key is next asked for.
+			if err := svc.Controller.SweepCapacityPods(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Cannot remove the capacity pods an earlier process left yet; each goes when its segment is next asked for")
 			}
 		}
 	}
