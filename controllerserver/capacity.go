@@ -506,13 +506,13 @@ func (r *capacityReporter) read(e *capacityEntry, res *podrunner.Result, err err
 	}
 	available, perr := phase.ParseFreeBytes(c)
 	if perr != nil {
-		return invalid("wrote %q to /pav/capacity, which %v: write the free bytes of its segment, as a number or a quantity such as 10Gi (0 when full)", abbreviate(c, 64), perr)
+		return invalid("wrote %q to /pav/capacity (%v): have it write the free bytes of its segment there, as a number or a quantity such as 10Gi (0 when full)", abbreviate(c, 64), perr)
 	}
 	rep := &capacityReport{available: available}
 	if m, ok := res.Files[report.FileMaximumVolumeSize]; ok {
 		n, perr := phase.ParseFreeBytes(m)
 		if perr != nil {
-			return invalid("wrote %q to /pav/maximumVolumeSize, which %v: write the size of the largest volume it can make now, as a number or a quantity such as 10Gi, or no such file", abbreviate(m, 64), perr)
+			return invalid("wrote %q to /pav/maximumVolumeSize (%v): have it write the size of the largest volume it can make now, as a number or a quantity such as 10Gi, or no such file", abbreviate(m, 64), perr)
 		}
 		rep.maximum = &n
 	}

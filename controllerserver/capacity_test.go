@@ -275,7 +275,7 @@ func TestCapacityBadReports(t *testing.T) {
 		{"no /pav/capacity", files(map[string]string{}), codes.Internal, ReasonInvalidCapacityReport,
 			[]string{"capacity pod pav/pav-test-capacity-", "segment kubernetes.io/hostname=n1", "wrote no /pav/capacity", "0 when full"}},
 		{"garbage", files(map[string]string{"capacity": "plenty\n"}), codes.Internal, ReasonInvalidCapacityReport,
-			[]string{"capacity pod pav/pav-test-capacity-", `wrote "plenty" to /pav/capacity`, "is not a quantity", "write the free bytes"}},
+			[]string{"capacity pod pav/pav-test-capacity-", `wrote "plenty" to /pav/capacity`, "is not a quantity", "have it write the free bytes"}},
 		{"negative", files(map[string]string{"capacity": "-5"}), codes.Internal, ReasonInvalidCapacityReport,
 			[]string{`wrote "-5" to /pav/capacity`, "must not be negative"}},
 		{"bad maximum", files(map[string]string{"capacity": "1Gi", "maximumVolumeSize": "big"}), codes.Internal, ReasonInvalidCapacityReport,
