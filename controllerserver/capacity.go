@@ -33,9 +33,11 @@ package controllerserver
 // segment's CSIStorageCapacity object as it was: no bogus value is published.
 //
 // Capacity pods have no record: their reports are worth nothing after a
-// restart. So a restarted controller plugin removes every capacity pod an
-// earlier process left (SweepCapacityPods, and a pod found under a key's name
-// before its run) and never reads their reports.
+// restart. Those in the controller plugin's namespace are owned by its pod,
+// so that they go with it (a rollout, the provisioner's deletion); a
+// restarted controller plugin (the same pod) removes every capacity pod an
+// earlier process left (SweepCapacityPods, and a pod found under a key's
+// name before its run) and never reads their reports.
 
 import (
 	"context"
@@ -142,6 +144,11 @@ func (s *Server) getCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 		return nil, err
 	}
 	op := PodOperation(p.Name, v1alpha1.PhaseCapacity, key, tmpl)
+	if me := s.Self; me != nil && s.Pods.Namespace(op) == me.Namespace {
+		// Its report is worth nothing without this process: it goes with it.
+		op.Owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: me.Name, UID: me.UID}
+		op.OwnerNamespace = me.Namespace
+	}
 	rep, err := s.capacityReporter().report(ctx, op, segment, cfg.RefreshInterval, p)
 	if err != nil {
 		return nil, err

@@ -206,12 +206,17 @@ func TestCapacityPodPinned(t *testing.T) {
                 - matchExpressions: [{key: disk, operator: In, values: [ssd]}]
                 - matchExpressions: [{key: disk, operator: In, values: [nvme]}]
 `, runner, time.Hour)
+	s.Self = &corev1.ObjectReference{Kind: "Pod", Namespace: "pav", Name: "pav-test-controller-0", UID: "uid-ctrl"}
 	if _, err := getCapacity(t, s, capReqFor("n1", nil)); err != nil {
 		t.Fatal(err)
 	}
 	runner.mu.Lock()
 	op := runner.ops[0]
 	runner.mu.Unlock()
+	// The pod goes with the controller plugin's pod.
+	if o := op.Owner; o == nil || o.Kind != "Pod" || o.Name != "pav-test-controller-0" || o.UID != "uid-ctrl" || op.OwnerNamespace != "pav" {
+		t.Errorf("owner %+v in %q, want the controller plugin's pod", op.Owner, op.OwnerNamespace)
+	}
 	terms := op.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	if len(terms) != 2 {
 		t.Fatalf("terms %+v", terms)

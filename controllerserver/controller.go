@@ -113,6 +113,10 @@ type Server struct {
 	// and the Warning events on the PavProvisioner (a capacity report that
 	// failed).
 	Recorder record.EventRecorder
+	// Self is the controller plugin's own pod, if known: the capacity pods
+	// in its namespace are owned by it, so that the garbage collector
+	// removes them with it (a rollout, the provisioner's deletion).
+	Self *corev1.ObjectReference
 	// Background is the process's context, for work that outlives the call
 	// that started it (capacity pods serve every caller of their segment);
 	// nil: context.Background().
