@@ -65,6 +65,7 @@ import (
 	"github.com/pods-as-volumes/pav/internal/grpcerr"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/report"
+	"github.com/pods-as-volumes/pav/internal/templating"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -133,17 +134,15 @@ func (s *Server) getCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := s.Eval.Capacity(ctx, p, phase.CapacityVars(segment, volume.UserParams(req.GetParameters())))
+	op, cfg, err := CapacityOperation(ctx, s.Eval, p, segment, req.GetParameters())
 	if err != nil {
-		s.warn(p, ReasonCapacityTemplateFailed, fmt.Sprintf("the capacity pod of segment %s cannot be made: %v", describeSegment(segment), err))
+		var fe *phase.FieldError
+		var te *templating.Error
+		if errors.As(err, &fe) || errors.As(err, &te) {
+			s.warn(p, ReasonCapacityTemplateFailed, fmt.Sprintf("the capacity pod of segment %s cannot be made: %v", describeSegment(segment), err))
+		}
 		return nil, err
 	}
-	tmpl := pinnedToSegment(*cfg.PodTemplate, segment)
-	key, err := capacityKey(tmpl)
-	if err != nil {
-		return nil, err
-	}
-	op := PodOperation(p.Name, v1alpha1.PhaseCapacity, key, tmpl)
 	if me := s.Self; me != nil && s.Pods.Namespace(op) == me.Namespace {
 		// Its report is worth nothing without this process: it goes with it.
 		op.Owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: me.Name, UID: me.UID}
@@ -158,6 +157,26 @@ func (s *Server) getCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 		resp.MaximumVolumeSize = wrapperspb.Int64(*rep.maximum)
 	}
 	return resp, nil
+}
+
+// CapacityOperation is the capacity pod's operation (without its token) for
+// a segment and StorageClass parameters: spec.storageCapacity evaluated with
+// the capacity context, pinned to the segment, keyed by the result. `pav
+// render` shows it.
+func CapacityOperation(ctx context.Context, eval *phase.Evaluator, p *v1alpha1.PavProvisioner, segment, params map[string]string) (podrunner.Operation, *phase.CapacityConfig, error) {
+	cfg, err := eval.Capacity(ctx, p, phase.CapacityVars(segment, volume.UserParams(params)))
+	if err != nil {
+		return podrunner.Operation{}, nil, err
+	}
+	if cfg == nil {
+		return podrunner.Operation{}, nil, grpcerr.Errorf(codes.FailedPrecondition, "PavProvisioner %s has no spec.storageCapacity", p.Name)
+	}
+	tmpl := pinnedToSegment(*cfg.PodTemplate, segment)
+	key, err := capacityKey(tmpl)
+	if err != nil {
+		return podrunner.Operation{}, nil, err
+	}
+	return PodOperation(p.Name, v1alpha1.PhaseCapacity, key, tmpl), cfg, nil
 }
 
 // capacitySegment is the segment a GetCapacity asks for, as the capacity
