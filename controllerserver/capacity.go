@@ -517,10 +517,21 @@ func (r *capacityReporter) read(e *capacityEntry, res *podrunner.Result, err err
 		// event): a human must delete it.
 		return fail(ReasonCapacityPodFailed, fmt.Errorf("the capacity of segment %s is unknown: %w", seg, err))
 	}
+	if errors.Is(err, podrunner.ErrInvalidOperation) {
+		// The template makes a pod pav refuses to run (a volume named pav...).
+		return fail(ReasonCapacityTemplateFailed, fmt.Errorf("the capacity pod of segment %s cannot run: %w; fix spec.storageCapacity.podTemplate", seg, err))
+	}
 	if err != nil {
-		// Not the pod's doing (the API, a driver stopping): no event, and
-		// a retry soon.
-		return &capacityReport{err: fmt.Errorf("running capacity pod %s (segment %s): %w", pod, seg, err), transient: true}
+		err = fmt.Errorf("running capacity pod %s (segment %s): %w", pod, seg, err)
+		switch grpcerr.Code(err) {
+		case codes.Unavailable, codes.Aborted, codes.Canceled, codes.DeadlineExceeded:
+			// Not the pod's doing (the API server, a driver stopping): no
+			// event, and a retry soon.
+			return &capacityReport{err: err, transient: true}
+		}
+		// The API refused the pod (RBAC of the namespace the template
+		// chose, a quota, admission): a human must look.
+		return fail(ReasonCapacityPodFailed, err)
 	}
 	invalid := func(format string, args ...any) *capacityReport {
 		return fail(ReasonInvalidCapacityReport, grpcerr.WithCode(codes.Internal, fmt.Errorf(

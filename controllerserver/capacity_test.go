@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -531,5 +532,48 @@ func TestCapacityPodsOfAnEarlierProcess(t *testing.T) {
 	}
 	if n := runner.live(); n != 0 {
 		t.Fatalf("%d pods left after the sweep", n)
+	}
+}
+
+// A pod pav refuses to run, or the API refuses, is an event and the answer until the
+// next refresh; the API server not answering is retried soon, without an event.
+func TestCapacityRunErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       error
+		code      codes.Code
+		event     string // "" for none
+		transient bool
+	}{
+		{"a pod pav refuses", fmt.Errorf("%w: the pod template declares a volume named \"pav\"", podrunner.ErrInvalidOperation), codes.InvalidArgument, ReasonCapacityTemplateFailed, false},
+		{"forbidden", apierrors.NewForbidden(corev1.Resource("pods"), "x", fmt.Errorf("no")), codes.PermissionDenied, ReasonCapacityPodFailed, false},
+		{"the API server is down", apierrors.NewServiceUnavailable("down"), codes.Unavailable, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runner := &fakeRunner{answers: answers{v1alpha1.PhaseCapacity: func(podrunner.Operation) (*podrunner.Result, error) { return nil, tc.err }}}
+			s, rec := capacityServer(t, capacitySpec(""), runner, time.Hour)
+			_, err := getCapacity(t, s, capReqFor("n1", nil))
+			if status.Code(err) != tc.code || !strings.Contains(err.Error(), "segment kubernetes.io/hostname=n1") {
+				t.Fatalf("%v, want %s naming the segment", err, tc.code)
+			}
+			select {
+			case ev := <-rec.Events:
+				if tc.event == "" || !strings.HasPrefix(ev, "Warning "+tc.event) {
+					t.Errorf("event %q, want %q", ev, tc.event)
+				}
+			default:
+				if tc.event != "" {
+					t.Errorf("no event, want %s", tc.event)
+				}
+			}
+			r := s.capacityReporter()
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, e := range r.keys {
+				if e.report.transient != tc.transient {
+					t.Errorf("transient %v, want %v", e.report.transient, tc.transient)
+				}
+			}
+		})
 	}
 }
