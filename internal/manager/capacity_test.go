@@ -14,7 +14,7 @@ const phaseCapacity = "storageCapacity: {refreshInterval: 30s, podTemplate: {spe
 func capacityArgs(args []string) []string {
 	var out []string
 	for _, a := range args {
-		for _, f := range []string{"--enable-capacity", "--capacity-"} {
+		for _, f := range []string{"--enable-capacity", "--capacity-", "--kube-api-capacity-"} {
 			if len(a) >= len(f) && a[:len(f)] == f {
 				out = append(out, a)
 			}
@@ -42,9 +42,11 @@ func TestCapacityTracking(t *testing.T) {
 		want   []string // capacity flags; nil: none, and no CSIDriver storageCapacity
 	}{
 		{"without", nil, nil},
-		{"with", []string{phaseCapacity}, []string{"--enable-capacity=true", "--capacity-ownerref-level=1", "--capacity-poll-interval=30s"}},
+		{"with", []string{phaseCapacity}, []string{"--enable-capacity=true", "--capacity-ownerref-level=1", "--capacity-poll-interval=30s",
+			"--kube-api-capacity-qps=5", "--kube-api-capacity-burst=10"}},
 		{"default refresh", []string{"storageCapacity: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}\n"},
-			[]string{"--enable-capacity=true", "--capacity-ownerref-level=1", "--capacity-poll-interval=1m0s"}},
+			[]string{"--enable-capacity=true", "--capacity-ownerref-level=1", "--capacity-poll-interval=1m0s",
+				"--kube-api-capacity-qps=5", "--kube-api-capacity-burst=10"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			level := 3

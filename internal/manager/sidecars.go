@@ -57,6 +57,13 @@ func capacityTracking(o *Objects, f phase.Features) {
 	c.Args = setArg(c.Args, "--enable-capacity", "true")
 	c.Args = setArg(c.Args, "--capacity-ownerref-level", "1")
 	c.Args = setArg(c.Args, "--capacity-poll-interval", f.CapacityRefresh.String())
+	// Its own client for the objects, at 1 request a second (burst 5) by
+	// default: a StorageClass made or deleted writes one object per node at
+	// once, and a volume made or deleted on a node rewrites that node's
+	// object of every class: at 1 a second, a busy cluster's writes queue up,
+	// and the pods of a new class's claims wait for its objects meanwhile.
+	c.Args = setArg(c.Args, "--kube-api-capacity-qps", "5")
+	c.Args = setArg(c.Args, "--kube-api-capacity-burst", "10")
 	for _, e := range []struct{ name, path string }{{"NAMESPACE", "metadata.namespace"}, {"POD_NAME", "metadata.name"}} {
 		c.Env = slices.DeleteFunc(c.Env, func(v corev1.EnvVar) bool { return v.Name == e.name })
 		c.Env = append(c.Env, corev1.EnvVar{Name: e.name, ValueFrom: &corev1.EnvVarSource{
