@@ -38,6 +38,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -108,10 +109,27 @@ type Server struct {
 	// Snapshots keeps the PavSnapshot records; nil: no snapshots.
 	Snapshots SnapshotRecords
 	Client    kube.Interface // PVCs and StorageClasses; nil when only CSI requests are known
-	// Recorder, if set, gets the events pav puts on volumes' PVs (nsgone.go).
+	// Recorder, if set, gets the events pav puts on volumes' PVs (nsgone.go)
+	// and the Warning events on the PavProvisioner (a capacity report that
+	// failed).
 	Recorder record.EventRecorder
+	// Self is the controller plugin's own pod, if known: the capacity pods
+	// in its namespace are owned by it, so that the garbage collector
+	// removes them with it (a rollout, the provisioner's deletion).
+	Self *corev1.ObjectReference
+	// Background is the process's context, for work that outlives the call
+	// that started it (capacity pods serve every caller of their segment);
+	// nil: context.Background().
+	Background context.Context
 
 	busy inflight.Set
+
+	// capacity keeps the reports of spec.storageCapacity (capacity.go),
+	// made at its first use.
+	capacityOnce sync.Once
+	capacity     *capacityReporter
+	// capacityInterval, if set, replaces refreshInterval (tests).
+	capacityInterval time.Duration
 
 	// legacyRefused: the handles of volumes v0.2.0 created that pav did not
 	// adopt, and why (adopt.go).
@@ -128,8 +146,8 @@ const maxPodEntries = 12
 // spec.volumeExpansion, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and GET_SNAPSHOT with
 // spec.snapshotCreation, CLONE_VOLUME with Volume in
 // spec.volumeCreation.contentSources, MODIFY_VOLUME with
-// spec.volumeModification. pav volumes are not attached (attachRequired:
-// false).
+// spec.volumeModification, GET_CAPACITY with spec.storageCapacity. pav
+// volumes are not attached (attachRequired: false).
 func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	rpcs := []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
 	p, err := s.Source.Get(false)
@@ -152,6 +170,9 @@ func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 	}
 	if f.Modification {
 		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME)
+	}
+	if f.Capacity {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_GET_CAPACITY)
 	}
 	caps := make([]*csi.ControllerServiceCapability, 0, len(rpcs))
 	for _, c := range rpcs {
@@ -224,6 +245,8 @@ func (s *Server) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
+	// A repeated call for a volume made earlier changes nothing.
+	existed := rec != nil && rec.Status.Phase == v1alpha1.VolumeCreated
 	if rec == nil {
 		// The source is read (and checked) once, before the record: retries
 		// use what the record says of it.
@@ -237,7 +260,13 @@ func (s *Server) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, err
 	}
 	j := &job{s: s, p: p, v: rec, pvName: req.GetParameters()[volume.ParamPVName]}
-	return j.resume(ctx)
+	vol, err := j.resume(ctx)
+	if err == nil && !existed {
+		// The volume takes space where it is: the capacity reports there
+		// are stale (external-provisioner asks for them next).
+		s.capacityChanged(j.v.Status.AccessibleTopology)
+	}
+	return vol, err
 }
 
 // fits checks that a repeated CreateVolume asks for the volume recorded under
@@ -1033,6 +1062,7 @@ func (s *Server) deleteVolume(ctx context.Context, handle string) error {
 		return err
 	}
 	klog.FromContext(ctx).Info("Volume deleted", "volume", v.Spec.VolumeName, "handle", handle)
+	s.capacityChanged(j.v.Status.AccessibleTopology)
 	return nil
 }
 

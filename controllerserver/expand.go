@@ -100,6 +100,10 @@ func (s *Server) expandVolume(ctx context.Context, req *csi.ControllerExpandVolu
 	if err != nil {
 		return nil, err
 	}
+	if capacity > v.Status.Capacity {
+		// A larger volume may take more space where it is.
+		s.capacityChanged(v.Status.AccessibleTopology)
+	}
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity, NodeExpansionRequired: f.NodeExpansion}, nil
 }
 

@@ -116,6 +116,13 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-controller", "storage.k8s.io", "volumeattributesclasses", "watch", true},
 		{"pav-controller", "storage.k8s.io", "volumeattributesclasses", "update", false},
 		{"pav-controller", "storage.k8s.io", "volumeattributesclasses", "delete", false},
+		// external-provisioner publishes storage capacity (spec.storageCapacity)
+		// in pav's namespace; the node plugin has nothing to do with it.
+		{"pav-controller", "storage.k8s.io", "csistoragecapacities", "create", true},
+		{"pav-controller", "storage.k8s.io", "csistoragecapacities", "update", true},
+		{"pav-controller", "storage.k8s.io", "csistoragecapacities", "delete", true},
+		{"pav-controller", "storage.k8s.io", "csistoragecapacities", "watch", true},
+		{"pav-node", "storage.k8s.io", "csistoragecapacities", "list", false},
 		// The node plugin: its pods, the staging context, nothing else.
 		{"pav-node", "", "pods", "create", true},
 		{"pav-node", "", "pods", "delete", true},

@@ -248,7 +248,12 @@ func (s *Server) podOperation(provisioner string, ph v1alpha1.Phase, handle stri
 }
 
 // NodeGetInfo names the node and, for a provisioner with spec.topology, its
-// topology segment (topology.go).
+// topology segment (topology.go), and with spec.maxVolumesPerNode the most
+// volumes of the provisioner the node takes: the kubelet puts it in the
+// node's CSINode (allocatable.count), and the scheduler places no pod that
+// would bring the node's volumes of the driver above it. The kubelet reads
+// it when the node plugin registers: the manager restarts the node plugins
+// when it changes.
 func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	seg, err := s.segment(ctx)
 	if err != nil {
@@ -258,6 +263,17 @@ func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*c
 	if seg != nil {
 		resp.AccessibleTopology = &csi.Topology{Segments: seg}
 	}
+	// The spec in force, as segment reads it (the same checks passed there).
+	p, err := s.Source.Get(false)
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	f, err := phase.FeaturesOf(&p.Spec)
+	if err != nil {
+		return nil, grpcerr.Status(grpcerr.WithCode(codes.FailedPrecondition, err))
+	}
+	// 0 (no spec.maxVolumesPerNode) is CSI's "no limit".
+	resp.MaxVolumesPerNode = f.MaxVolumesPerNode
 	return resp, nil
 }
 

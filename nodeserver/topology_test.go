@@ -93,3 +93,54 @@ func TestNodeGetInfoNodeMissing(t *testing.T) {
 		t.Fatalf("got %v, want an error naming the node", err)
 	}
 }
+
+// spec.maxVolumesPerNode is NodeGetInfo's max_volumes_per_node (the kubelet's
+// CSINode allocatable count); without it, 0: no limit. It comes with the
+// topology, and from the spec in force while an edit is invalid.
+func TestNodeGetInfoMaxVolumes(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Labels: map[string]string{"kubernetes.io/hostname": "worker-1"}}}
+	for _, c := range []struct {
+		name, spec string
+		want       int64
+		topology   bool
+	}{
+		{name: "no limit", want: 0},
+		{name: "a limit", spec: "maxVolumesPerNode: 16\n", want: 16},
+		{name: "the largest", spec: "maxVolumesPerNode: 2147483647\n", want: 2147483647},
+		{name: "a limit and topology", spec: "maxVolumesPerNode: 2\ntopology: {nodeLabels: [kubernetes.io/hostname]}\n", want: 2, topology: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := "provisioningModes: [Static]\nvolumeStaging: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}\n" + c.spec
+			p := &v1alpha1.PavProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "local"}}
+			if err := yaml.UnmarshalStrict([]byte(spec), &p.Spec); err != nil {
+				t.Fatal(err)
+			}
+			if err := phase.Check(p); err != nil {
+				t.Fatal(err)
+			}
+			s := &Server{NodeID: "worker-1", Source: provisioner.Static{P: p}, Client: kubetest.Wrap(fake.NewClientset(node))}
+			resp, err := s.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.MaxVolumesPerNode != c.want {
+				t.Errorf("max volumes per node %d, want %d", resp.MaxVolumesPerNode, c.want)
+			}
+			if (resp.AccessibleTopology != nil) != c.topology {
+				t.Errorf("accessible topology %v", resp.AccessibleTopology)
+			}
+		})
+	}
+}
+
+// A limit out of range (which the API server refuses) fails the
+// registration naming the field, rather than reach the kubelet.
+func TestNodeGetInfoMaxVolumesInvalid(t *testing.T) {
+	n := int64(0)
+	p := &v1alpha1.PavProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Spec: v1alpha1.PavProvisionerSpec{MaxVolumesPerNode: &n}}
+	s := &Server{NodeID: "worker-1", Source: provisioner.Static{P: p}}
+	_, err := s.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "spec.maxVolumesPerNode") {
+		t.Fatalf("got %v, want FAILED_PRECONDITION naming spec.maxVolumesPerNode", err)
+	}
+}

@@ -50,6 +50,14 @@ type Operation struct {
 	HostPath string
 	// KeepRunning: the pod may create /pav/ready and keep running (staging).
 	KeepRunning bool
+	// Owner, if set, becomes the pod's owner reference (neither its
+	// controller nor blocking the owner's deletion): the garbage collector
+	// deletes the pod when the owner goes. It must live in the pod's
+	// namespace (BuildPod refuses it otherwise). The template's own owner
+	// references are never used.
+	Owner *metav1.OwnerReference
+	// OwnerNamespace is the namespace of Owner.
+	OwnerNamespace string
 	// EndAtExit (node pods): the caller discards the pod (Discard) once Run
 	// returns, rather than waiting for it to go. Its command is then wrapped
 	// (ReportExec) and its end taken from the exit code pav-report writes in
@@ -204,6 +212,10 @@ func BuildPod(op Operation, cfg PodConfig) (*corev1.Pod, error) {
 	if clash != nil {
 		return nil, clash
 	}
+	if op.Owner != nil && op.OwnerNamespace != op.Namespace(defaultNamespace) {
+		return nil, fmt.Errorf("%w: the pod's owner %s %s is in namespace %q, the pod in %q: an owner must be in its dependent's namespace",
+			ErrInvalidOperation, op.Owner.Kind, op.Owner.Name, op.OwnerNamespace, op.Namespace(defaultNamespace))
+	}
 	if op.NodeName != "" && spec.NodeName != "" && spec.NodeName != op.NodeName {
 		return nil, fmt.Errorf("%w: the pod template pins the pod to node %q but the operation runs on node %q",
 			ErrInvalidOperation, spec.NodeName, op.NodeName)
@@ -235,6 +247,9 @@ func BuildPod(op Operation, cfg PodConfig) (*corev1.Pod, error) {
 		pod.Spec.NodeName = op.NodeName
 	}
 	pod.Annotations[AnnotationVolumeKey] = op.VolumeKey
+	if op.Owner != nil {
+		pod.OwnerReferences = []metav1.OwnerReference{*op.Owner}
+	}
 	delete(pod.Annotations, AnnotationToken) // a template must not choose it
 	if op.Token != "" {
 		pod.Annotations[AnnotationToken] = op.Token

@@ -382,6 +382,10 @@ func TestBuildPodRefuses(t *testing.T) {
 		{"relative hostPath", op(func(o *podrunner.Operation) { o.HostPath = "x"; o.NodeName = "n" }), "img", "not absolute"},
 		{"no volume key", op(func(o *podrunner.Operation) { o.VolumeKey = "" }), "img", "no volume key"},
 		{"no report image", op(func(o *podrunner.Operation) {}), "", "no report image"},
+		{"owner in another namespace", op(func(o *podrunner.Operation) {
+			o.Owner, o.OwnerNamespace = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "ctrl", UID: "u"}, "pav"
+			o.Template.Namespace = "tenant"
+		}), "img", `owner Pod ctrl is in namespace "pav", the pod in "tenant"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -528,5 +532,25 @@ func TestBuildPodReportExec(t *testing.T) {
 				t.Error("the template was mutated")
 			}
 		})
+	}
+}
+
+// An operation's owner becomes the pod's only owner reference (the template's are
+// never used), so that the garbage collector removes the pod with it.
+func TestBuildPodOwner(t *testing.T) {
+	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pav-x-controller-0", UID: "uid-ctrl"}
+	tmpl := baseTemplate()
+	tmpl.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "theirs", UID: "u2"}}
+	op := podrunner.Operation{Provisioner: "x", Phase: v1alpha1.PhaseCapacity, VolumeKey: "capacity/1", Template: tmpl, Owner: &owner, OwnerNamespace: "pav"}
+	pod, err := podrunner.BuildPod(op, podrunner.PodConfig{ReportImage: "img", DefaultNamespace: "pav"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0] != owner {
+		t.Fatalf("owner references %+v, want only %+v", pod.OwnerReferences, owner)
+	}
+	op.Owner = nil
+	if pod, err = podrunner.BuildPod(op, podrunner.PodConfig{ReportImage: "img", DefaultNamespace: "pav"}); err != nil || len(pod.OwnerReferences) != 0 {
+		t.Fatalf("without an owner: %v, %+v", err, pod.OwnerReferences)
 	}
 }

@@ -58,6 +58,93 @@ func TestLoopBlockFeatures(t *testing.T) {
 	if !f.Expansion || !f.OnlineExpansion || !f.NodeExpansion || !f.Snapshots || !f.Clones() || !f.Restores() {
 		t.Fatalf("loop-block features: %+v, want online expansion with a node side, snapshots, clones and restores", f)
 	}
+	if !f.Capacity || f.CapacityRefresh.String() != "1m0s" || f.MaxVolumesPerNode != 32 {
+		t.Fatalf("loop-block features: %+v, want storage capacity refreshed every minute and 32 volumes per node", f)
+	}
+}
+
+// The capacity pod reports, per node, the pool's free space that its volumes cannot
+// take: the file system's available bytes minus what the sparse files of its volumes may
+// still grow into (snapshots, which are never written again, and copies being made count
+// as what they hold), never below 0; the same figure as the largest volume.
+func TestLoopBlockCapacity(t *testing.T) {
+	needTools(t, "truncate", "stat")
+	p := loopBlock(t)
+	cfg, err := phase.NewEvaluator(offlinePVCs{}).Capacity(context.Background(), p,
+		phase.CapacityVars(map[string]string{"kubernetes.io/hostname": "node-1"}, map[string]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RefreshInterval.String() != "1m0s" || cfg.PodTemplate.Spec.NodeName != "" || cfg.PodTemplate.Spec.Containers[0].SecurityContext != nil {
+		t.Fatalf("capacity pod %+v: want an unprivileged pod that pav pins to the segment", cfg.PodTemplate.Spec)
+	}
+	s := newSandbox(t)
+	write := func(name string, size, written int64) {
+		t.Helper()
+		path := filepath.Join(s.files, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write(make([]byte, written)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	available := func() int64 {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(s.files, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bavail) * st.Frsize
+	}
+	// Other processes write to this disk too: what the pod saw is compared with what the
+	// test sees around it, within a margin.
+	const margin = 256 * mib
+	check := func(what string, promised int64) {
+		t.Helper()
+		before := available()
+		if err := s.run(t, cfg.PodTemplate); err != nil {
+			t.Fatal(err)
+		}
+		after := available()
+		got := s.pavCapacity(t)
+		if m := s.pavFile(t, "maximumVolumeSize"); m != strconv.FormatInt(got, 10) {
+			t.Errorf("%s: maximumVolumeSize %s, want the capacity %d", what, m, got)
+		}
+		lo, hi := max(min(before, after)-promised-margin, 0), max(max(before, after)-promised+margin, 0)
+		if promised > max(before, after) {
+			lo, hi = 0, 0
+		}
+		if got < lo || got > hi {
+			t.Errorf("%s: capacity %d, want %d..%d (available %d..%d, promised %d)", what, got, lo, hi, before, after, promised)
+		}
+	}
+	check("an empty pool", 0)
+	// A volume of 64Mi with 1Mi written may still take 63Mi; one fully written, nothing.
+	write(lbHandle+".img", 64*mib, mib)
+	write("pvc-other.node-1.img", 4*mib, 4*mib)
+	// A snapshot and a copy being made are not volumes.
+	write("snapshots/"+lbSnap+".node-1.img", 64*mib, mib)
+	write("pvc-copy.node-1.img.part", 64*mib, 0)
+	check("volumes", 63*mib)
+	// Promised more than the disk has (15 TiB: ext4's largest file is 16): full, not
+	// negative.
+	const huge = 15 << 40
+	if available() >= huge {
+		t.Skip("this disk has more than 15 TiB available")
+	}
+	write("pvc-huge.node-1.img", huge, 0)
+	check("over-promised", huge+63*mib)
 }
 
 // lbClaim is testdata/pvc.yaml in the given volume mode.
@@ -103,7 +190,7 @@ func (s sandbox) run(t *testing.T, tmpl *corev1.PodTemplateSpec) error {
 	}
 	t.Fatalf("container %s does not mount %s: %+v", c.Name, lbDir, c.VolumeMounts)
 mounted:
-	for _, f := range []string{"handle", "capacity", "error"} {
+	for _, f := range []string{"handle", "capacity", "maximumVolumeSize", "error"} {
 		os.Remove(filepath.Join(s.pav, f))
 	}
 	script := strings.ReplaceAll(c.Command[2], lbDir, s.files)

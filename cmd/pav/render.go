@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 
@@ -49,6 +50,7 @@ type rendered struct {
 	Phase      v1alpha1.Phase      `json:"phase"`
 	Validation *renderedValidation `json:"validation,omitempty"`
 	Creation   *renderedCreation   `json:"creation,omitempty"`
+	Capacity   *renderedCapacity   `json:"capacity,omitempty"`
 	Pod        *corev1.Pod         `json:"pod,omitempty"`
 	Note       string              `json:"note,omitempty"`
 }
@@ -69,16 +71,23 @@ type renderedCreation struct {
 	AccessibleTopology []map[string]string `json:"accessibleTopology,omitempty"`
 }
 
+// renderedCapacity is the segment a capacity pod measures (pav pins the pod
+// to it) and how often it runs while asked for.
+type renderedCapacity struct {
+	Segment         map[string]string `json:"segment"`
+	RefreshInterval string            `json:"refreshInterval"`
+}
+
 func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	in := renderInputs{params: paramFlag{}}
 	fs := flag.NewFlagSet("pav render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&in.file, "f", "", "the PavProvisioner (YAML or JSON; - for stdin)")
-	fs.StringVar(&in.phase, "phase", "", "validation, creation, deletion, staging or unstaging")
+	fs.StringVar(&in.phase, "phase", "", "validation, creation, deletion, staging, unstaging or capacity")
 	fs.StringVar(&in.pvc, "pvc", "", "PersistentVolumeClaim YAML (dynamic phases; staging when bound)")
-	fs.StringVar(&in.sc, "sc", "", "StorageClass YAML (dynamic phases; default: parameters from --param only)")
+	fs.StringVar(&in.sc, "sc", "", "StorageClass YAML (dynamic phases and capacity; default: parameters from --param only)")
 	fs.StringVar(&in.pv, "pv", "", "PersistentVolume YAML (static validation, deletion, staging, unstaging)")
-	fs.StringVar(&in.node, "node", "", "Node YAML (staging, unstaging; dynamic phases with spec.topology: the node WaitForFirstConsumer selected)")
+	fs.StringVar(&in.node, "node", "", "Node YAML (staging, unstaging; dynamic phases with spec.topology: the node WaitForFirstConsumer selected; capacity with spec.topology: the node whose segment is measured)")
 	fs.StringVar(&in.handle, "handle", "", "volume handle (deletion; default: the PV's or pvc-<uid>)")
 	fs.StringVar(&in.capacity, "capacity", "", "volume capacity (deletion, staging; default: the PV's)")
 	fs.BoolVar(&in.readOnly, "read-only", false, "staging: stage read-only")
@@ -302,8 +311,35 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 			return nil, err
 		}
 		return out, setPod(out, ph, cfg.PodTemplate, in, nodeOp(objs.Node.Name, st.Handle))
+	case v1alpha1.PhaseCapacity:
+		f, _ := phase.FeaturesOf(&p.Spec) // checked above
+		if !f.Capacity {
+			return nil, fmt.Errorf("the capacity phase needs spec.storageCapacity")
+		}
+		segment := map[string]string{}
+		if len(f.TopologyKeys) > 0 {
+			// What external-provisioner asks for: a node's segment.
+			if err := need("--node (the node whose topology segment is measured)", objs.Node != nil); err != nil {
+				return nil, err
+			}
+			if segment, err = phase.NodeSegment(objs.Node.Name, objs.Node.Labels, f.TopologyKeys); err != nil {
+				return nil, fmt.Errorf("--node: %w", err)
+			}
+		}
+		params := map[string]string{}
+		if objs.SC != nil {
+			maps.Copy(params, objs.SC.Parameters)
+		}
+		maps.Copy(params, in.params)
+		op, cfg, err := controllerserver.CapacityOperation(ctx, eval, p, segment, params)
+		if err != nil {
+			return nil, err
+		}
+		out.Capacity = &renderedCapacity{Segment: segment, RefreshInterval: cfg.RefreshInterval.String()}
+		// The operation is the driver's own: pinned to the segment, keyed by the pod.
+		return out, setPod(out, ph, &op.Template, in, func(corev1.PodTemplateSpec) podrunner.Operation { return op })
 	}
-	return nil, fmt.Errorf("--phase must be validation, creation, deletion, staging or unstaging, got %q", in.phase)
+	return nil, fmt.Errorf("--phase must be validation, creation, deletion, staging, unstaging or capacity, got %q", in.phase)
 }
 
 // selectedTopology is what external-provisioner asks for (accessibility

@@ -166,8 +166,10 @@ type Deps struct {
 	// in controller mode, keeps the PavVolume records.
 	Dynamic dynamic.Interface
 	Runner  *podrunner.Runner
-	// Recorder gets the plugins' events about volumes (the node plugin's on
-	// claims, the controller plugin's on PVs); nil = none.
+	// Self is this process's own pod, when known (POD_NAME, POD_NAMESPACE).
+	Self *corev1.ObjectReference
+	// Recorder gets the plugins' events (the node plugin's on claims, the
+	// controller plugin's on PVs and on the PavProvisioner); nil = none.
 	Recorder record.EventRecorder
 }
 
@@ -243,12 +245,18 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 			return nil, nil, err
 		}
 		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, Client: d.Client,
-			Recorder: d.Recorder}
+			Recorder: d.Recorder, Background: ctx, Self: d.Self}
 		if d.Client != nil {
 			// Before serving: no operation meets a volume of v0.2.0's
 			// without its record, and no new volume takes its handle.
 			if err := adoptLegacyVolumes(ctx, svc.Controller, name); err != nil {
 				return nil, nil, err
+			}
+			// The capacity pods an earlier process left: their reports are
+			// never read. One that stays (the API did not answer) is
+			// removed when its key is next asked for.
+			if err := svc.Controller.SweepCapacityPods(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Cannot remove the capacity pods an earlier process left yet; each goes when its segment is next asked for")
 			}
 		}
 	}
@@ -460,20 +468,30 @@ func Run(ctx context.Context, o Options) error {
 		defer hs.Close()
 	}
 
-	if o.ReportImage == "" {
-		// Retried: the API server may be briefly unreachable at start, and
-		// exiting would only crash-loop.
+	if o.ReportImage == "" || o.Mode != ModeNode {
+		// This pod: its pav image (for the report sidecar), and the owner of
+		// the controller plugin's capacity pods. Retried: the API server may
+		// be briefly unreachable at start, and exiting would only crash-loop.
+		var self *corev1.Pod
 		var lastErr error
 		_ = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 8, Cap: 30 * time.Second},
 			func(ctx context.Context) (bool, error) {
-				o.ReportImage, lastErr = ownImage(ctx, d.Client)
-				if lastErr != nil {
+				self, lastErr = ownPod(ctx, d.Client)
+				if lastErr != nil && !errors.Is(lastErr, errNoPodEnv) {
 					klog.InfoS("Cannot read this pod to learn the pav image yet", "err", lastErr)
 				}
 				return lastErr == nil || errors.Is(lastErr, errNoPodEnv), nil
 			})
-		if lastErr != nil {
-			return fmt.Errorf("cannot tell the pav image for the report sidecar (set --report-image): %w", lastErr)
+		if self != nil {
+			d.Self = &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: self.Namespace, Name: self.Name, UID: self.UID}
+		}
+		if o.ReportImage == "" {
+			if lastErr == nil {
+				o.ReportImage, lastErr = podImage(self)
+			}
+			if lastErr != nil {
+				return fmt.Errorf("cannot tell the pav image for the report sidecar (set --report-image): %w", lastErr)
+			}
 		}
 	}
 	runnerNode := ""
@@ -578,24 +596,26 @@ func healthMux(mm metrics.CSIMetricsManager, built *atomic.Pointer[Services]) *h
 
 var errNoPodEnv = errors.New("POD_NAME and POD_NAMESPACE are not set")
 
-// ownImage finds the image of the container running this binary (POD_NAME and
-// POD_NAMESPACE from the downward API, container "pav"), so the report sidecar
-// always matches the driver's version, whatever the kustomize image overrides say.
-func ownImage(ctx context.Context, client kube.Interface) (string, error) {
+// ownPod reads this process's pod (POD_NAME and POD_NAMESPACE from the
+// downward API).
+func ownPod(ctx context.Context, client kube.Interface) (*corev1.Pod, error) {
 	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 	if name == "" || ns == "" {
-		return "", errNoPodEnv
+		return nil, errNoPodEnv
 	}
-	pod, err := client.Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
+	return client.Pods(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// podImage is the image of the pod's container "pav", the one running this
+// binary: the report sidecar always matches the driver's version, whatever the
+// kustomize image overrides say.
+func podImage(pod *corev1.Pod) (string, error) {
 	for _, c := range pod.Spec.Containers {
 		if c.Name == "pav" {
 			return c.Image, nil
 		}
 	}
-	return "", fmt.Errorf("pod %s/%s has no container named pav", ns, name)
+	return "", fmt.Errorf("pod %s/%s has no container named pav", pod.Namespace, pod.Name)
 }
 
 // pvcGetter serves get_pvc from the API.

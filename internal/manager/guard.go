@@ -28,7 +28,9 @@ import (
 //   - one of pav's pods of the provisioner that has not finished, and every
 //     staging pod: a staging pod stays until its volume is unstaged, so it is how
 //     the manager knows a volume (static ones too) is still staged on a node, and
-//     an operation in progress must be allowed to finish.
+//     an operation in progress must be allowed to finish. Capacity pods do not
+//     count: their reports change nothing, and they go with the controller
+//     plugin's pod, which owns them.
 //
 // Each guard is one informer index and one function (Controller.guards).
 type guard func(provisioner string) ([]string, error)
@@ -96,6 +98,7 @@ func podGuard(pods cache.Indexer) guard {
 			pod := o.(*corev1.Pod)
 			ph := pod.Labels[podrunner.LabelPhase]
 			switch {
+			case ph == string(v1alpha1.PhaseCapacity):
 			case ph == string(v1alpha1.PhaseStaging):
 				out = append(out, fmt.Sprintf("staging pod %s/%s (a volume is staged on node %s)", pod.Namespace, pod.Name, pod.Spec.NodeName))
 			case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:

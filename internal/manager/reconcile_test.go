@@ -378,6 +378,7 @@ func TestDeletionGuard(t *testing.T) {
 		{name: "staging pod finished (volume staged)", objs: []runtime.Object{pavPod("s1", "p1", "staging", corev1.PodSucceeded)}, blocked: []string{"staging pod ns1/s1", "node1"}},
 		{name: "creation pod running", objs: []runtime.Object{pavPod("c1", "p1", "creation", corev1.PodRunning)}, blocked: []string{"creation pod ns1/c1 (Running)"}},
 		{name: "creation pod finished", objs: []runtime.Object{pavPod("c1", "p1", "creation", corev1.PodSucceeded)}},
+		{name: "capacity pod running (a report nobody waits for)", objs: []runtime.Object{pavPod("k1", "p1", "capacity", corev1.PodRunning)}},
 		{name: "volume record, no PV yet (creation in progress)", records: map[string]string{"pvc-1": "p1"}, blocked: []string{"PavVolume pvc-1 (Creating)"}},
 		{name: "another provisioner's volume record", records: map[string]string{"pvc-1": "p2"}},
 		{name: "snapshot record (it outlives its volume)", snaps: map[string]string{"snapshot-1": "p1"}, blocked: []string{"PavSnapshot snapshot-1 (Created)"}},

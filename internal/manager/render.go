@@ -104,6 +104,7 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		t.Annotations[AnnotationFeatures] = featureSummary(f)
 	}
 	ctrl.Containers = slices.DeleteFunc(ctrl.Containers, func(c corev1.Container) bool { return !wanted[c.Name] })
+	capacityTracking(o, f)
 	for _, c := range []struct {
 		spec      *corev1.PodSpec
 		name      string

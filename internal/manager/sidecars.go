@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	pavprov "github.com/pods-as-volumes/pav/internal/provisioner"
@@ -27,6 +30,45 @@ import (
 func sidecars(f phase.Features) map[string]bool {
 	return map[string]bool{containerPav: true, containerProvision: true, containerLiveness: true,
 		containerResizer: f.Expansion || f.Modification, containerSnapshot: f.Snapshots}
+}
+
+// capacityTracking turns on storage capacity tracking for a provisioner with
+// spec.storageCapacity, and leaves everything as the manifests have it
+// otherwise: the CSIDriver's storageCapacity (the scheduler then places a
+// WaitForFirstConsumer claim's pod only on a node whose CSIStorageCapacity
+// object of the class has room for it), and external-provisioner's capacity
+// controller, which calls GetCapacity for each topology segment and class of
+// the driver every refresh interval and after each provisioning, and
+// publishes the answers as CSIStorageCapacity objects in pav's namespace,
+// owned by the controller StatefulSet (--capacity-ownerref-level=1: they go
+// with it). It reads NAMESPACE (where the objects go) and POD_NAME (to find
+// their owner) and exits without them. storageCapacity may change on a
+// live CSIDriver; the features annotation restarts the controller pod when
+// the sidecar's flags change.
+func capacityTracking(o *Objects, f phase.Features) {
+	if !f.Capacity {
+		return
+	}
+	o.CSIDriver.Spec.StorageCapacity = ptr.To(true)
+	c := container(&o.Controller.Spec.Template.Spec, containerProvision)
+	if c == nil {
+		return // Render checks that it is there
+	}
+	c.Args = setArg(c.Args, "--enable-capacity", "true")
+	c.Args = setArg(c.Args, "--capacity-ownerref-level", "1")
+	c.Args = setArg(c.Args, "--capacity-poll-interval", f.CapacityRefresh.String())
+	// Its own client for the objects, at 1 request a second (burst 5) by
+	// default: a StorageClass made or deleted writes one object per node at
+	// once, and a volume made or deleted on a node rewrites that node's
+	// object of every class: at 1 a second, a busy cluster's writes queue up,
+	// and the pods of a new class's claims wait for its objects meanwhile.
+	c.Args = setArg(c.Args, "--kube-api-capacity-qps", "5")
+	c.Args = setArg(c.Args, "--kube-api-capacity-burst", "10")
+	for _, e := range []struct{ name, path string }{{"NAMESPACE", "metadata.namespace"}, {"POD_NAME", "metadata.name"}} {
+		c.Env = slices.DeleteFunc(c.Env, func(v corev1.EnvVar) bool { return v.Name == e.name })
+		c.Env = append(c.Env, corev1.EnvVar{Name: e.name, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: e.path}}})
+	}
 }
 
 // features are those of the spec the drivers run with

@@ -48,7 +48,36 @@ func ParseCapacity(v any, r Rounding) (int64, error) {
 // "1e-9999999" (found by FuzzParseCapacity), so they are refused before it runs.
 var hugeExponent = regexp.MustCompile(`[eE][+-]?0*[0-9]{4,}`)
 
+// ParseFreeBytes reads what a pod reports of free space (/pav/capacity and
+// /pav/maximumVolumeSize of the capacity pod): a whole number of bytes or a
+// quantity such as "1Gi", rounded down (never a byte more than the pod
+// said), and, unlike a volume's capacity, 0 is allowed: the segment is full.
+func ParseFreeBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("is empty: write a number of bytes or a quantity such as 1Gi (0 when full)")
+	}
+	n, err := quantityBytes(s, Floor)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("must not be negative, got %q (write 0 when full)", s)
+	}
+	return n, nil
+}
+
 func parseQuantity(s string, r Rounding) (int64, error) {
+	n, err := quantityBytes(s, r)
+	if err != nil {
+		return 0, err
+	}
+	return positive(n)
+}
+
+// quantityBytes is a quantity string as whole bytes, rounded as r says, of
+// any sign.
+func quantityBytes(s string, r Rounding) (int64, error) {
 	if hugeExponent.MatchString(s) {
 		return 0, fmt.Errorf("%q has an exponent out of range (use bytes or a suffix: 1Gi, 500M, 1e3)", s)
 	}
@@ -92,10 +121,10 @@ func parseQuantity(s string, r Rounding) (int64, error) {
 		bytes = quo
 	}
 	// ParseQuantity clamps what does not fit an int64 to MaxInt64.
-	if !bytes.IsInt64() || bytes.Int64() == math.MaxInt64 {
+	if !bytes.IsInt64() || bytes.Int64() == math.MaxInt64 || bytes.Int64() == math.MinInt64 {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
-	return positive(bytes.Int64())
+	return bytes.Int64(), nil
 }
 
 func positive(n int64) (int64, error) {

@@ -56,6 +56,44 @@ func TestParseCapacity(t *testing.T) {
 	}
 }
 
+// What a capacity pod reports: bytes or a quantity, 0 allowed (full), never
+// negative, rounded down.
+func TestParseFreeBytes(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    int64
+		wantErr string
+	}{
+		{in: "0", want: 0},
+		{in: "0\n", want: 0},
+		{in: " 1073741824\n", want: 1 << 30},
+		{in: "1Gi", want: 1 << 30},
+		{in: "2.5Ki", want: 2560},
+		{in: "0.5", want: 0},
+		{in: "1.9", want: 1},
+		{in: "", wantErr: "is empty"},
+		{in: " \n", wantErr: "is empty"},
+		{in: "-1", wantErr: "must not be negative"},
+		{in: "-0.5", wantErr: "must not be negative"},
+		{in: "12 GB", wantErr: "is not a quantity"},
+		{in: "free: 12", wantErr: "is not a quantity"},
+		{in: "100Ei", wantErr: "too large"},
+		{in: "-100Ei", wantErr: "must not be negative"},
+		{in: "1e-99999", wantErr: "exponent out of range"},
+	} {
+		got, err := ParseFreeBytes(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseFreeBytes(%q) error = %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseFreeBytes(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
 func FuzzParseCapacity(f *testing.F) {
 	for _, s := range []string{"1Gi", "1.5", "0.5", "-1", "1e3", "9223372036854775807", "1e100"} {
 		f.Add(s)

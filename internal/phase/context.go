@@ -190,6 +190,15 @@ func NodeExpansionVars(s Staged, objs Objects, previous int64) (templating.Vars,
 	return v, nil
 }
 
+// CapacityVars is the context of spec.storageCapacity: segment, the topology
+// segment whose free capacity is asked for (topology key -> value; {} for a
+// provisioner without spec.topology, or a request for no segment in
+// particular), and params, the StorageClass parameters as the creation
+// context has them (csi.storage.k8s.io/ keys removed).
+func CapacityVars(segment, p map[string]string) templating.Vars {
+	return templating.Vars{"segment": params(segment), "params": params(p)}
+}
+
 func addObjects(v templating.Vars, objs Objects) error {
 	for name, obj := range map[string]runtime.Object{"pvc": objs.PVC, "sc": objs.SC, "pv": objs.PV, "node": objs.Node} {
 		m, err := ObjectVar(obj)

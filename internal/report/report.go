@@ -1,5 +1,5 @@
 // Package report is the protocol by which a pav pod hands what it left in
-// /pav (handle, capacity, topology, error) to the driver: Message encodes the
+// /pav (handle, capacity, maximumVolumeSize, topology, error) to the driver: Message encodes the
 // files as one JSON object within the kubelet's termination-message limits,
 // Parse decodes it, Run is the report sidecar that writes it when the pod's
 // other containers are done, and Exec writes it when the command it runs for
@@ -49,6 +49,10 @@ const (
 	// FileTopology is where the creation pod says which topology segments
 	// the volume is reachable from (YAML or JSON).
 	FileTopology = "topology"
+	// FileMaximumVolumeSize is where the capacity pod says the largest
+	// volume it can make now (GetCapacity's maximum_volume_size), beside
+	// the free bytes in FileCapacity.
+	FileMaximumVolumeSize = "maximumVolumeSize"
 	// FileReady is not reported: for KeepRunning pods it is probed (see Run).
 	FileReady = "ready"
 	// FileExit is where pav-report --exec --exit-file, wrapping the command
@@ -58,11 +62,11 @@ const (
 	FileExit = ".pav-exit"
 )
 
-// Files are the files carried in the report, in the order they give
-// way when the report is too large: error is truncated first (its tail is
-// kept), and topology/capacity/handle are dropped, never cut, since a cut
-// handle or topology would be silently wrong.
-var Files = []string{FileHandle, FileCapacity, FileTopology, FileError}
+// Files are the files carried in the report. When the report is too large,
+// error is truncated first (its tail is kept), then whole files are dropped,
+// never cut (a cut handle, size or topology would be silently wrong), in
+// the order of encodeReport.
+var Files = []string{FileHandle, FileCapacity, FileMaximumVolumeSize, FileTopology, FileError}
 
 // reportProblemKey is an extra report entry saying what could not be reported;
 // Parse turns it into an error.
@@ -83,8 +87,8 @@ const truncatedMark = "…"
 //
 // Otherwise it blocks until SIGTERM (sent by the kubelet once every other
 // container of the pod has exited, or when the pod is deleted) or until ctx is
-// done, then writes the files of dir that are present among handle, capacity,
-// topology and error as one JSON object to terminationLog (default /dev/termination-log) and
+// done, then writes the files of dir that are present among Files
+// as one JSON object to terminationLog (default /dev/termination-log) and
 // returns 0. The message stays within the kubelet's limit (4096 bytes, or less
 // when the pod has more than three containers: the budget comes from the
 // PAV_REPORT_MAX_BYTES variable BuildPod sets); the tail of error is kept.
@@ -262,7 +266,7 @@ func readReportFile(path string, max int, tail bool) (string, error) {
 
 // encodeReport marshals files (plus problems) in at most max bytes: first by
 // keeping only the tail of error, then by dropping whole files (error,
-// topology, capacity, handle), saying so in reportProblemKey.
+// topology, maximumVolumeSize, capacity, handle), saying so in reportProblemKey.
 func encodeReport(files map[string]string, problems []string, max int) string {
 	m := map[string]string{}
 	for k, v := range files {
@@ -295,7 +299,7 @@ func encodeReport(files map[string]string, problems []string, max int) string {
 			return b
 		}
 	}
-	for _, name := range []string{FileError, FileTopology, FileCapacity, FileHandle} {
+	for _, name := range []string{FileError, FileTopology, FileMaximumVolumeSize, FileCapacity, FileHandle} {
 		v, ok := m[name]
 		if !ok {
 			continue
@@ -345,7 +349,7 @@ func marshalReport(m map[string]string) string {
 }
 
 // Parse decodes a report termination message into the reported files
-// (handle, capacity, topology, error: only those present). An empty message yields
+// (those of Files that are present). An empty message yields
 // ErrNoReport; a report that says some file could not be reported yields the
 // files it has and an error naming the problem.
 func Parse(msg string) (map[string]string, error) {

@@ -36,6 +36,9 @@ func TestReportRoundTrip(t *testing.T) {
 		{name: "all", budget: 4096,
 			files: map[string]string{"handle": "vol-1\n", "capacity": " 1Gi ", "topology": "- {zone: a}\n", "error": "quota <exceeded> & \"more\"", "ready": "", "other": "x"},
 			want:  map[string]string{"handle": "vol-1\n", "capacity": " 1Gi ", "topology": "- {zone: a}\n", "error": "quota <exceeded> & \"more\""}},
+		{name: "a capacity pod's report", budget: 4096,
+			files: map[string]string{"capacity": "0\n", "maximumVolumeSize": "1Gi"},
+			want:  map[string]string{"capacity": "0\n", "maximumVolumeSize": "1Gi"}},
 		{name: "empty handle kept", files: map[string]string{"handle": ""}, budget: 4096, want: map[string]string{"handle": ""}},
 		{name: "long error keeps tail", budget: 4096,
 			files: map[string]string{"handle": "h", "error": bigError},
@@ -75,6 +78,15 @@ func TestReportRoundTrip(t *testing.T) {
 				}
 			},
 			parseErr: "/pav/topology (5000 bytes) is too large"},
+		{name: "huge maximumVolumeSize dropped before capacity", budget: 4096,
+			files: map[string]string{"capacity": "1", "maximumVolumeSize": strings.Repeat("9", 5000)},
+			check: func(t *testing.T, got map[string]string) {
+				assertNo(t, got, "maximumVolumeSize")
+				if got["capacity"] != "1" {
+					t.Errorf("capacity lost: %v", got)
+				}
+			},
+			parseErr: "/pav/maximumVolumeSize (5000 bytes) is too large"},
 		{name: "tiny budget", budget: 40,
 			files:    map[string]string{"handle": strings.Repeat("h", 30), "error": "e"},
 			check:    func(t *testing.T, got map[string]string) { assertNo(t, got, "handle") },
