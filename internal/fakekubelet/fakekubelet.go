@@ -317,7 +317,10 @@ func (k *Kubelet) Start(ctx context.Context) error {
 	inf := factory.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if pod, ok := obj.(*corev1.Pod); ok {
+			// A pod first seen while being deleted is never started (a
+			// kubelet only tears such a pod down): a test that adds one
+			// keeps the status it gave it.
+			if pod, ok := obj.(*corev1.Pod); ok && pod.DeletionTimestamp == nil {
 				k.startPod(ctx, pod)
 			}
 		},
