@@ -225,3 +225,8 @@ func hasPhase(p *v1alpha1.PavProvisioner, ph v1alpha1.Phase) bool {
 	v := p.Spec.Phase(ph)
 	return v != nil && v.Data != nil
 }
+
+// InlineRecord is an inline volume's record, or nil.
+func (s *Server) InlineRecord(ctx context.Context, id string) (*v1alpha1.PavVolume, error) {
+	return s.Records.Get(ctx, id)
+}
