@@ -27,6 +27,8 @@ package controllerserver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -34,6 +36,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -83,7 +86,7 @@ func (s *Server) CreateInline(ctx context.Context, p *v1alpha1.PavProvisioner, i
 		return nil, err
 	}
 	if rec == nil {
-		r, err := s.inlineRequest(ctx, p, iv)
+		r, err := InlineRequest(ctx, s.Eval, p, iv)
 		if err != nil {
 			return nil, err
 		}
@@ -100,11 +103,11 @@ func (s *Server) CreateInline(ctx context.Context, p *v1alpha1.PavProvisioner, i
 	return j.v, nil
 }
 
-// inlineRequest is what an inline volume asks for: a Filesystem volume,
+// InlineRequest is what an inline volume asks for: a Filesystem volume,
 // ReadWriteOnce (one pod), of at least volumeValidation.minCapacity (1 byte
 // by default; a minCapacity template sees requestedMinCapacity 1), with no
-// maximum.
-func (s *Server) inlineRequest(ctx context.Context, p *v1alpha1.PavProvisioner, iv InlineVolume) (phase.Request, error) {
+// maximum. `pav render` shows the same.
+func InlineRequest(ctx context.Context, eval *phase.Evaluator, p *v1alpha1.PavProvisioner, iv InlineVolume) (phase.Request, error) {
 	pod := iv.Pod
 	r := phase.Request{VolumeMode: corev1.PersistentVolumeFilesystem, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		MinCapacity: 1, Params: iv.Params, Pod: &pod}
@@ -112,12 +115,20 @@ func (s *Server) inlineRequest(ctx context.Context, p *v1alpha1.PavProvisioner, 
 	if err != nil {
 		return r, err
 	}
-	cfg, err := s.Eval.Validation(ctx, p, vars)
+	cfg, err := eval.Validation(ctx, p, vars)
 	if err != nil {
 		return r, err
 	}
 	r.MinCapacity = cfg.MinCapacity
 	return r, nil
+}
+
+// InlineVolumeID is the kubelet's CSI volume id of a pod's inline volume:
+// csi-<hex SHA-256 of the pod's UID and the volume's name> (unique per pod
+// and volume; pkg/volume/csi's makeVolumeHandle).
+func InlineVolumeID(podUID types.UID, volumeName string) string {
+	sum := sha256.Sum256([]byte(string(podUID) + volumeName))
+	return "csi-" + hex.EncodeToString(sum[:])
 }
 
 // fitsInline checks that a repeated creation asks for the volume recorded

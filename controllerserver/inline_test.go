@@ -254,3 +254,11 @@ func TestDeleteInline(t *testing.T) {
 		t.Fatalf("retry: %v, %d records", err, len(c.volumes()))
 	}
 }
+
+// The kubelet's id of an inline volume (pkg/volume/csi makeVolumeHandle):
+// csi-<hex SHA-256 of the pod's UID and the volume's name>.
+func TestInlineVolumeID(t *testing.T) {
+	if got, want := InlineVolumeID("pod-uid", "my-volume-0"), "csi-d0df31d82b90f2e8139b409cdde1d72a33942780b6f18c75d3c9d0f7d938d5d3"; got != want {
+		t.Fatalf("id %q, want %q", got, want)
+	}
+}
