@@ -2,10 +2,13 @@ package manager
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
 )
 
 // TestEphemeralCSIDriver: a provisioner with Ephemeral gets a CSIDriver
@@ -64,4 +67,25 @@ func TestEphemeralCSIDriver(t *testing.T) {
 	mustReconcile(t, f, "p1")
 	mustReconcile(t, f, "p1")
 	want(f, persistent, false)
+}
+
+// TestInlineVolumeHoldsDeletion: an inline volume's PavVolume (written by a
+// node plugin, labelled with its provisioner like any other) holds its
+// PavProvisioner's deletion until the pod is gone and the volume deleted.
+func TestInlineVolumeHoldsDeletion(t *testing.T) {
+	const id = "csi-0d4f6b3b2f0e7c1a9b8e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a"
+	f := newFixture(t, Settings{})
+	f.record(id, "p1", v1alpha1.VolumeCreated)
+	f.create(provisioner("p1", "uid-1", 1))
+	mustReconcile(t, f, "p1")
+	f.markDeleted("p1")
+	if err := f.reconcile("p1"); err != nil {
+		t.Fatal(err)
+	}
+	if term := f.condition("p1", v1alpha1.ConditionTerminating); term.Reason != "WaitingForVolumes" || !strings.Contains(term.Message, "PavVolume "+id+" (Created)") {
+		t.Fatalf("Terminating = %s: %s", term.Reason, term.Message)
+	}
+	if slices.Contains(f.lastWrites, "delete csidrivers p1") {
+		t.Fatalf("the drivers went while an inline volume needs them: %v", f.lastWrites)
+	}
 }
