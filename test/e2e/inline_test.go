@@ -396,3 +396,27 @@ func TestExampleObjectBucketInline(t *testing.T) {
 		t.Fatalf("the store's buckets changed: %q, then %q", buckets, out)
 	}
 }
+
+// TestInlineVolumeKubeletRestarted: the kubelet restarts while an inline volume is being
+// deleted with its pod (its deletion pod running). A restarted kubelet rebuilds its view
+// from the pod's directory (the volume's vol_data.json) and unpublishes the volume again,
+// until it succeeds: the deletion pod, adopted, runs once, and nothing is left. It restarts
+// the kubelet of node 1: no lane (it runs alone).
+func TestInlineVolumeKubeletRestarted(t *testing.T) {
+	e := newEnv(t)
+	pod, id := e.inlinePod("app", driver, "exec sleep 3600", map[string]string{"deleteSleep": "20"})
+	e.waitPodRunning("app")
+	if err := client.CoreV1().Pods(e.ns).Delete(e.ctx, "app", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.phasePodOf("deletion", controllerserver.DeletionKey(id))
+	e.reboot(func() {}) // the kubelet stopped, then started again: nothing else undone
+	e.pollFor("the pod gone", 4*time.Minute, func() (bool, error) {
+		_, err := client.CoreV1().Pods(e.ns).Get(e.ctx, "app", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	e.assertInlineGone(driver, id, pod)
+	for _, ph := range []string{"creation", "staging", "unstaging", "deletion"} {
+		e.wantRuns(ph, id, 1)
+	}
+}
