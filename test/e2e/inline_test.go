@@ -267,15 +267,16 @@ func TestInlineVolumePolicy(t *testing.T) {
 		t.Fatalf("the node plugin's token: user %s, extra %v: want its node %s in authentication.kubernetes.io/node-name", u.Username, u.Extra, hostNode())
 	}
 
-	// A token of another node's plugin (bound to that pod, as its own is), or of node 1's
-	// on a one-node cluster against a node that is not its.
-	other, otherNode := local, "not-"+hostNode()
+	// A token of another node's plugin (bound to that pod, as its own is) against node 1's
+	// records; on a one-node cluster, node 1's plugin's against a node that is not its.
+	other, theirs := local, "not-"+hostNode()
 	for i, p := range plugins.Items {
 		if p.Spec.NodeName != hostNode() {
-			other, otherNode = &plugins.Items[i], hostNode()
+			other, theirs = &plugins.Items[i], hostNode()
 			break
 		}
 	}
+	mine := other.Spec.NodeName
 	tr, err := client.CoreV1().ServiceAccounts("pav").CreateToken(e.ctx, "pav-node", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: other.Name, UID: other.UID},
 		ExpirationSeconds: ptr(int64(600))}}, metav1.CreateOptions{})
@@ -300,35 +301,34 @@ func TestInlineVolumePolicy(t *testing.T) {
 			_ = vols.Delete(context.Background(), prov+"-"+n, metav1.DeleteOptions{})
 		}
 	})
-	// Node 1's inline volume, made by an administrator: the other node's plugin may neither
-	// delete nor change it, nor make one of node 1's.
-	if _, err := vols.Create(e.ctx, rec(prov+"-a", hostNode()), metav1.CreateOptions{}); err != nil {
+	// Another node's inline volume, made by an administrator: the plugin may neither
+	// delete it, nor make one of that node's, nor a claim's record.
+	if _, err := vols.Create(e.ctx, rec(prov+"-a", theirs), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	asOther := dyns.Resource(v1alpha1.VolumeGroupVersionResource)
+	asPlugin := dyns.Resource(v1alpha1.VolumeGroupVersionResource)
+	create := func(name, node string) error {
+		_, err := asPlugin.Create(e.ctx, rec(name, node), metav1.CreateOptions{})
+		return err
+	}
 	for _, c := range []struct {
 		what string
 		err  error
 		want string
 	}{
-		{"delete node 1's inline volume", asOther.Delete(e.ctx, prov+"-a", metav1.DeleteOptions{}), "is an inline volume of node " + hostNode()},
-		{"create one of node 1's", func() error {
-			_, err := asOther.Create(e.ctx, rec(prov+"-b", hostNode()), metav1.CreateOptions{})
-			return err
-		}(),
-			"would be an inline volume of node " + hostNode()},
-		{"create a persistent volume's record", func() error { _, err := asOther.Create(e.ctx, rec(prov+"-c", ""), metav1.CreateOptions{}); return err }(),
-			"would be not an inline volume"},
+		{"delete another node's inline volume", asPlugin.Delete(e.ctx, prov+"-a", metav1.DeleteOptions{}), "is an inline volume of node " + theirs},
+		{"create one of another node's", create(prov+"-b", theirs), "would be an inline volume of node " + theirs},
+		{"create a persistent volume's record", create(prov+"-c", ""), "would be not an inline volume"},
 	} {
 		if !apierrors.IsForbidden(c.err) && !apierrors.IsInvalid(c.err) || !strings.Contains(fmt.Sprint(c.err), c.want) {
-			t.Errorf("%s with another node's plugin token: %v, want refused: %q", c.what, c.err, c.want)
+			t.Errorf("%s with node %s's plugin token: %v, want refused: %q", c.what, mine, c.err, c.want)
 		}
 	}
 	// Its own node's: allowed.
-	if _, err := asOther.Create(e.ctx, rec(prov+"-d", otherNode), metav1.CreateOptions{}); err != nil {
+	if err := create(prov+"-d", mine); err != nil {
 		t.Fatalf("a node plugin's own node's inline volume: %v", err)
 	}
-	if err := asOther.Delete(e.ctx, prov+"-d", metav1.DeleteOptions{}); err != nil {
+	if err := asPlugin.Delete(e.ctx, prov+"-d", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting its own node's inline volume: %v", err)
 	}
 }
