@@ -222,7 +222,7 @@ e2e-multinode:
 # why (docs/conformance.md). CONFORMANCE_DRIVERS picks drivers; see hack/conformance.sh for
 # the other settings. make e2e runs CONFORMANCE_SMOKE, a few specs per driver.
 CONFORMANCE_DRIVERS ?=
-CONFORMANCE_SMOKE   ?= provisioning should provision storage with defaults|volumes should store data|capacity provides storage capacity information|should verify that all csinodes have volume limits
+CONFORMANCE_SMOKE   ?= provisioning should provision storage with defaults|volumes should store data|capacity provides storage capacity information|should verify that all csinodes have volume limits|CSI Ephemeral-volume.*should create read/write inline ephemeral volume
 # the smoke's specs (9) all at once: they mostly wait on pods
 CONFORMANCE_SMOKE_PROCS ?= 9
 conformance: e2e-setup

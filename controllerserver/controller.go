@@ -253,9 +253,11 @@ func (s *Server) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		if r.Source, err = s.contentSource(ctx, p, req.GetVolumeContentSource(), r.MaxCapacity); err != nil {
 			return nil, err
 		}
-		if rec, err = s.record(ctx, p, req, r); err != nil || rec == nil {
+		if rec, err = s.record(ctx, p, name, req.GetParameters(), r, nil); err != nil || rec == nil {
 			return nil, err
 		}
+	} else if rec.Spec.Ephemeral != nil {
+		return nil, grpcerr.Errorf(codes.AlreadyExists, "volume name %s is that of an inline ephemeral volume of node %s", name, rec.Spec.Ephemeral.Node)
 	} else if err := fits(rec, r); err != nil {
 		return nil, err
 	}
@@ -317,10 +319,12 @@ func equalPtr(a, b *int64) bool { return a == nil && b == nil || a != nil && b !
 // external-provisioner's --extra-create-metadata the PVC and its StorageClass
 // are read, once: later phases use the record's snapshot, so a claim deleted
 // meanwhile does not matter.
-func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *csi.CreateVolumeRequest, r phase.Request) (*v1alpha1.PavVolume, error) {
-	sp := v1alpha1.PavVolumeSpec{VolumeName: req.GetName(), DefaultHandle: req.GetName()}
-	params := req.GetParameters()
-	if name, ns := params[volume.ParamPVCName], params[volume.ParamPVCNamespace]; name != "" && ns != "" && s.Client != nil {
+//
+// An inline ephemeral volume (eph set, inline.go) has no claim: its
+// parameters are its pod's volumeAttributes.
+func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, volumeName string, params map[string]string, r phase.Request, eph *v1alpha1.EphemeralVolume) (*v1alpha1.PavVolume, error) {
+	sp := v1alpha1.PavVolumeSpec{VolumeName: volumeName, DefaultHandle: volumeName, Ephemeral: eph}
+	if name, ns := params[volume.ParamPVCName], params[volume.ParamPVCNamespace]; eph == nil && name != "" && ns != "" && s.Client != nil {
 		pvc, err := s.Client.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			// Nothing was made: final.
@@ -364,6 +368,9 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 	if err != nil {
 		return nil, err
 	}
+	if err := j.inlineHandle(ccfg.Handle, "spec.volumeCreation.handle"); err != nil {
+		return nil, err
+	}
 	switch {
 	case vcfg.PodTemplate != nil:
 		v.Status.Phase = v1alpha1.VolumeValidating
@@ -396,12 +403,12 @@ func (s *Server) record(ctx context.Context, p *v1alpha1.PavProvisioner, req *cs
 	if apierrors.IsAlreadyExists(err) {
 		// Written meanwhile (the cache lagged, or another driver process):
 		// the retry resumes from it.
-		return nil, grpcerr.Errorf(codes.Aborted, "the record of volume %s appeared meanwhile: %w", req.GetName(), err)
+		return nil, grpcerr.Errorf(codes.Aborted, "the record of volume %s appeared meanwhile: %w", volumeName, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).Info("Recorded volume", "volume", req.GetName(), "record", created.Name, "phase", created.Status.Phase)
+	klog.FromContext(ctx).Info("Recorded volume", "volume", volumeName, "record", created.Name, "phase", created.Status.Phase)
 	return created, nil
 }
 
@@ -420,7 +427,7 @@ func (j *job) request() phase.Request {
 	sp := &j.v.Spec
 	return phase.Request{VolumeMode: sp.RequestedVolumeMode, AccessModes: sp.RequestedAccessModes,
 		MinCapacity: sp.RequestedMinCapacity, MaxCapacity: sp.RequestedMaxCapacity, Params: sp.Params,
-		Topology: sp.AccessibilityRequirements, Source: sp.Source,
+		Topology: sp.AccessibilityRequirements, Source: sp.Source, Pod: ephemeralPod(sp.Ephemeral),
 		// Validation and creation see CreateVolume's; every later phase the
 		// current ones.
 		MutableParams: j.v.CurrentMutableParams()}
@@ -437,6 +444,12 @@ func (j *job) validation(ctx context.Context) (*phase.ValidationConfig, error) {
 }
 
 func (j *job) creation(ctx context.Context) (*phase.CreationConfig, error) {
+	if j.v.Spec.Ephemeral != nil && !hasPhase(j.p, v1alpha1.PhaseCreation) {
+		// An inline volume of a provisioner whose staging pod alone makes
+		// the volume: it has the capacity it asked for (inline.go).
+		capacity := j.v.Spec.RequestedMinCapacity
+		return &phase.CreationConfig{Capacity: &capacity}, nil
+	}
 	vars, err := phase.CreationVars(j.request(), j.objects(), j.v.Spec.DefaultHandle)
 	if err != nil {
 		return nil, err
@@ -460,7 +473,17 @@ func (j *job) op(ph v1alpha1.Phase, t corev1.PodTemplateSpec) podrunner.Operatio
 	if ph == v1alpha1.PhaseDeletion && j.key != "" {
 		key = j.key
 	}
-	return PodOperation(j.p.Name, ph, key, t)
+	return j.podOp(ph, key, t)
+}
+
+// podOp is PodOperation for this job's volume: an inline ephemeral volume's
+// pods all run on its node (inline.go), where its node plugin runs them.
+func (j *job) podOp(ph v1alpha1.Phase, key string, t corev1.PodTemplateSpec) podrunner.Operation {
+	op := PodOperation(j.p.Name, ph, key, t)
+	if e := j.v.Spec.Ephemeral; e != nil {
+		op.NodeName = e.Node
+	}
+	return op
 }
 
 // addPod records a new pod for a phase, with a fresh token (in memory: the
@@ -572,7 +595,7 @@ func (j *job) removeDone(ctx context.Context) error {
 		if e.Outcome == v1alpha1.PodRunning || e.Outcome == v1alpha1.PodLost {
 			continue
 		}
-		op := withIdentity(PodOperation(j.p.Name, e.Phase, "", corev1.PodTemplateSpec{}), e)
+		op := withIdentity(j.podOp(e.Phase, "", corev1.PodTemplateSpec{}), e)
 		op.VolumeKey = j.keyOf(e)
 		if err := j.s.Pods.Delete(ctx, op); err != nil {
 			return fmt.Errorf("removing the finished %s pod %s/%s: %w", e.Phase, e.Namespace, e.Name, err)
@@ -697,6 +720,9 @@ func (j *job) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := j.inlineHandle(cfg.Handle, "spec.volumeCreation.handle"); err != nil {
+		return err
+	}
 	handle, capacity := cfg.Handle, int64(0)
 	if cfg.Capacity != nil {
 		capacity = *cfg.Capacity
@@ -728,6 +754,11 @@ func (j *job) create(ctx context.Context) error {
 		}
 		if handle, capacity, err = fromPodFiles(res.Files, handle, capacity); err != nil {
 			return j.fail(ctx, v1alpha1.ReasonInvalidCreationOutput, err, orDefault(handle, j.v.Spec.DefaultHandle), capacity)
+		}
+		if err := j.inlineHandle(handle, "/pav/handle"); err != nil {
+			// Undone with the handle the volume must have: never one the
+			// pod (and perhaps its tenant) chose.
+			return j.fail(ctx, v1alpha1.ReasonInvalidCreationOutput, err, j.v.Spec.DefaultHandle, capacity)
 		}
 		var reported *string
 		if t, ok := res.Files[report.FileTopology]; ok {
@@ -1030,7 +1061,17 @@ func (s *Server) deleteVolume(ctx context.Context, handle string) error {
 		}
 		return err
 	}
-	j := &job{s: s, p: p, v: v, key: DeletionKey(handle)}
+	if err := s.deleteRecorded(ctx, &job{s: s, p: p, v: v, key: DeletionKey(handle)}); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Volume deleted", "volume", v.Spec.VolumeName, "handle", handle)
+	return nil
+}
+
+// deleteRecorded deletes a Created (or Deleting) volume: its deletion pod,
+// recorded first, then its record.
+func (s *Server) deleteRecorded(ctx context.Context, j *job) error {
+	p, v, handle := j.p, j.v, j.v.Status.Handle
 	switch v.Status.Phase {
 	case v1alpha1.VolumeCreated:
 		if err := j.settleExpansion(ctx); err != nil {
@@ -1061,7 +1102,6 @@ func (s *Server) deleteVolume(ctx context.Context, handle string) error {
 	if err := s.Records.Delete(ctx, j.v); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Volume deleted", "volume", v.Spec.VolumeName, "handle", handle)
 	s.capacityChanged(j.v.Status.AccessibleTopology)
 	return nil
 }
@@ -1072,9 +1112,17 @@ func (s *Server) byHandle(ctx context.Context, handle string) (*v1alpha1.PavVolu
 	if err := s.legacyRefusal(handle); err != nil {
 		return nil, err
 	}
-	vs, err := s.Records.ByHandle(ctx, handle, false)
+	all, err := s.Records.ByHandle(ctx, handle, false)
 	if err != nil {
 		return nil, err
+	}
+	// An inline ephemeral volume is its node plugin's: no controller RPC
+	// (a PV's deletion, expansion, snapshot) acts on it.
+	var vs []*v1alpha1.PavVolume
+	for _, v := range all {
+		if v.Spec.Ephemeral == nil {
+			vs = append(vs, v)
+		}
 	}
 	switch len(vs) {
 	case 0:

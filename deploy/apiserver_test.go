@@ -295,14 +295,37 @@ func loadPolicy(manifests []byte) (*policyValidator, []error, error) {
 // Validate admits obj (oldObj nil for a create) and returns the decisions that are
 // not admissions: denials, and evaluation errors (which deny with failurePolicy Fail).
 func (p *policyValidator) Validate(gvr schema.GroupVersionResource, obj, oldObj map[string]any) []validating.PolicyDecision {
-	u := &unstructured.Unstructured{Object: obj}
-	gvk := u.GroupVersionKind()
-	op, old := admission.Create, runtime.Object(nil)
-	var opts runtime.Object = &metav1.CreateOptions{}
+	op := admission.Create
 	if oldObj != nil {
-		op, old, opts = admission.Update, &unstructured.Unstructured{Object: oldObj}, &metav1.UpdateOptions{}
+		op = admission.Update
 	}
-	attrs := admission.NewAttributesRecord(u, old, gvk, "", u.GetName(), gvr, "", op, opts, false, &user.DefaultInfo{Name: "tester"})
+	return p.ValidateRequest(gvr, op, obj, oldObj, &user.DefaultInfo{Name: "tester"})
+}
+
+// ValidateRequest admits a create (oldObj nil), an update or a delete (obj
+// nil) by the user who, and returns the decisions that are not admissions.
+func (p *policyValidator) ValidateRequest(gvr schema.GroupVersionResource, op admission.Operation, obj, oldObj map[string]any, who user.Info) []validating.PolicyDecision {
+	var u, old runtime.Object
+	var name string
+	var gvk schema.GroupVersionKind
+	if obj != nil {
+		o := &unstructured.Unstructured{Object: obj}
+		u, name, gvk = o, o.GetName(), o.GroupVersionKind()
+	}
+	if oldObj != nil {
+		o := &unstructured.Unstructured{Object: oldObj}
+		old, name, gvk = o, o.GetName(), o.GroupVersionKind()
+	}
+	var opts runtime.Object
+	switch op {
+	case admission.Create:
+		opts = &metav1.CreateOptions{}
+	case admission.Update:
+		opts = &metav1.UpdateOptions{}
+	default:
+		opts = &metav1.DeleteOptions{}
+	}
+	attrs := admission.NewAttributesRecord(u, old, gvk, "", name, gvr, "", op, opts, false, who)
 	va := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: u, VersionedOldObject: old}
 	res := p.validator.Validate(context.Background(), gvr, va, nil, nil, celconfig.RuntimeCELCostBudget, nil)
 	var out []validating.PolicyDecision

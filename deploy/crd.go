@@ -23,6 +23,13 @@ var PolicyYAML []byte
 //go:embed crd/pavvolumes.yaml
 var VolumeCRDYAML []byte
 
+// VolumePolicyYAML is the ValidatingAdmissionPolicy and its binding (two YAML
+// documents, crd/pavvolumes-policy.yaml) that let a node plugin write only the
+// PavVolumes of its own node's inline ephemeral volumes.
+//
+//go:embed crd/pavvolumes-policy.yaml
+var VolumePolicyYAML []byte
+
 // SnapshotCRDYAML is the PavSnapshot CustomResourceDefinition
 // (crd/pavsnapshots.yaml): pav's record of each snapshot.
 //

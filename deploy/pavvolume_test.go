@@ -174,6 +174,15 @@ func TestVolumeRecords(t *testing.T) {
 				Pods: []v1alpha1.VolumePod{{Phase: v1alpha1.PhaseValidation, Namespace: "pav", Name: "p", Token: "t"}}}
 			v.Spec.PVC, v.Spec.SC, v.Spec.Claim, v.Spec.RequestedMaxCapacity = nil, nil, "", nil
 		}, nil, ""},
+		{"an inline ephemeral volume's", inlineVolume, nil, ""},
+		{"an inline volume without its pod's uid", func(v *v1alpha1.PavVolume) {
+			inlineVolume(v)
+			v.Spec.Ephemeral.Pod.UID = ""
+		}, nil, "spec.ephemeral.pod.uid"},
+		{"an inline volume without its node", func(v *v1alpha1.PavVolume) {
+			inlineVolume(v)
+			v.Spec.Ephemeral.Node = ""
+		}, nil, "spec.ephemeral.node"},
 		{"unknown phase", func(v *v1alpha1.PavVolume) { v.Status.Phase = "Done" }, nil, "status.phase"},
 		{"unknown pod outcome", func(v *v1alpha1.PavVolume) { v.Status.Pods[0].Outcome = "Maybe" }, nil, "status.pods[0].outcome"},
 		{"pod entry without a token", func(v *v1alpha1.PavVolume) { v.Status.Pods[1].Token = "" }, nil, "status.pods[1].token"},
@@ -224,9 +233,53 @@ func TestVolumeSpecIdentityImmutable(t *testing.T) {
 		{"a transition (status)", func(v *v1alpha1.PavVolume) { v.Status.Phase = v1alpha1.VolumeDeleting }, ""},
 		{"another provisioner", func(v *v1alpha1.PavVolume) { v.Spec.Provisioner = "other" }, "spec.provisioner"},
 		{"another volume", func(v *v1alpha1.PavVolume) { v.Spec.VolumeName = "pvc-else" }, "spec.volumeName"},
+		{"made an inline volume", inlineVolume, "ephemeral cannot be added or removed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			vol := fullVolume()
+			c.edit(vol)
+			errs := v.ValidateUpdate(toMap(t, vol), old)
+			switch {
+			case c.wantErr == "" && len(errs) > 0:
+				t.Fatalf("refused:%s", errorsString(errs))
+			case c.wantErr != "" && !strings.Contains(errorsString(errs), c.wantErr):
+				t.Fatalf("want an error on %s, got:%s", c.wantErr, errorsString(errs))
+			}
+		})
+	}
+}
+
+// inlineVolume makes v the record of an inline ephemeral volume, as a node
+// plugin writes it: no claim, its node and pod.
+func inlineVolume(v *v1alpha1.PavVolume) {
+	id := "csi-9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	v.Name, v.Spec.VolumeName, v.Spec.DefaultHandle, v.Status.Handle = id, id, id, id
+	v.Spec.PVC, v.Spec.SC, v.Spec.Claim, v.Spec.RequestedMaxCapacity, v.Spec.Source = nil, nil, "", nil, nil
+	v.Spec.RequestedAccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	v.Spec.Ephemeral = &v1alpha1.EphemeralVolume{Node: "vm-2", Pod: v1alpha1.EphemeralPod{Namespace: "team-a", Name: "web-0", UID: "8d2c6b1e-0a3f-4e5d-9c7b-1a2b3c4d5e6f", ServiceAccountName: "default"}}
+	v.Labels[v1alpha1.LabelVolumeNode] = "vm-2"
+}
+
+// TestInlineVolumeRecordImmutable: an inline volume's node and pod never
+// change, and it never becomes a persistent volume's record.
+func TestInlineVolumeRecordImmutable(t *testing.T) {
+	v := volumeValidator(t)
+	inline := fullVolume()
+	inlineVolume(inline)
+	old := toMap(t, inline)
+	for _, c := range []struct {
+		name    string
+		edit    func(v *v1alpha1.PavVolume)
+		wantErr string
+	}{
+		{"a transition (status)", func(v *v1alpha1.PavVolume) { v.Status.Phase = v1alpha1.VolumeDeleting }, ""},
+		{"another node", func(v *v1alpha1.PavVolume) { v.Spec.Ephemeral.Node = "vm-3" }, "spec.ephemeral: Invalid value: is immutable"},
+		{"another pod", func(v *v1alpha1.PavVolume) { v.Spec.Ephemeral.Pod.UID = "other" }, "spec.ephemeral: Invalid value: is immutable"},
+		{"no longer inline", func(v *v1alpha1.PavVolume) { v.Spec.Ephemeral = nil }, "ephemeral cannot be added or removed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vol := fullVolume()
+			inlineVolume(vol)
 			c.edit(vol)
 			errs := v.ValidateUpdate(toMap(t, vol), old)
 			switch {

@@ -134,9 +134,15 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-node", "storage.k8s.io", "volumeattributesclasses", "get", true},
 		{"pav-node", "storage.k8s.io", "volumeattributesclasses", "list", false},
 		{"pav-node", pav, "pavprovisioners", "watch", true},
-		{"pav-node", pav, "pavvolumes", "get", false},
+		// Its inline volumes' records, by name (pavvolumes-policy.yaml
+		// narrows the writes to its own node's).
+		{"pav-node", pav, "pavvolumes", "get", true},
+		{"pav-node", pav, "pavvolumes", "create", true},
+		{"pav-node", pav, "pavvolumes", "update", true},
+		{"pav-node", pav, "pavvolumes", "delete", true},
 		{"pav-node", pav, "pavvolumes", "list", false},
-		{"pav-node", pav, "pavvolumes", "update", false},
+		{"pav-node", pav, "pavvolumes", "watch", false},
+		{"pav-node", pav, "pavvolumes", "patch", false},
 		{"pav-node", pav, "pavsnapshots", "get", false},
 		{"pav-node", pav, "pavsnapshots", "list", false},
 		{"pav-node", pav, "pavprovisioners/status", "patch", false},

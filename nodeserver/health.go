@@ -122,7 +122,8 @@ func (s *Server) boot() (string, error) {
 }
 
 // eventf puts an event on the volume's PVC, else on its PV (pav's users look
-// at their claims; a static PV may have no claim). Without either, or
+// at their claims; a static PV may have no claim), or on the pod of an inline
+// volume. Without either, or
 // without a recorder, it is only logged.
 func (s *Server) eventf(st *staged, eventType, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
@@ -137,6 +138,9 @@ func (s *Server) eventf(st *staged, eventType, reason, format string, args ...an
 			Name: st.PVCObject.Name, UID: st.PVCObject.UID, ResourceVersion: st.PVCObject.ResourceVersion}
 	case st.PVObject != nil:
 		obj = &corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: st.PVObject.Name, UID: st.PVObject.UID}
+	case st.Pod != nil:
+		// An inline volume: its pod is what its author looks at.
+		obj = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: st.Pod.Namespace, Name: st.Pod.Name, UID: st.Pod.UID}
 	default:
 		return
 	}

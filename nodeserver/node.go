@@ -97,6 +97,9 @@ type Server struct {
 	Eval     *phase.Evaluator
 	Pods     PodRunner
 	Client   kube.Interface // nil: no Kubernetes (csi-sanity); contexts then lack pv, pvc and node
+	// Inline creates and deletes this node's inline ephemeral volumes
+	// (inline.go); nil: none (no Kubernetes API to keep their records).
+	Inline InlineVolumes
 	// Recorder gets the events about volumes (on their PVC); nil = logs only.
 	Recorder record.EventRecorder
 	// BootID is the node's boot ID; "" = the kernel's (tests simulate a reboot
@@ -406,6 +409,15 @@ type stageRequest struct {
 	access         corev1.PersistentVolumeAccessMode
 	readOnly       bool
 	volumeContext  map[string]string
+	// inline: an inline ephemeral volume, created already (inline.go): its
+	// capacity and pod; it has no PV, claim or static validation.
+	inline *inlineStage
+}
+
+// inlineStage is what staging an inline volume takes from its creation.
+type inlineStage struct {
+	capacity int64
+	pod      v1alpha1.EphemeralPod
 }
 
 func newStageRequest(handle, target string, c *csi.VolumeCapability, vc map[string]string) (stageRequest, error) {
@@ -449,6 +461,11 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	defer release()
 
 	dir := s.volumeDir(handle)
+	if m, err := s.readMarker(handle); err != nil {
+		return nil, grpcerr.Status(err)
+	} else if m != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is an inline ephemeral volume of pod %s/%s on node %s: a persistent volume cannot have its handle", handle, m.Pod.Namespace, m.Pod.Name, s.NodeID)
+	}
 	// A request that contradicts the staging in place is refused as it is,
 	// finally: it made nothing.
 	if st, err := readState(dir); err != nil {
@@ -551,24 +568,35 @@ func (s *Server) stage(ctx context.Context, p *v1alpha1.PavProvisioner, r stageR
 		// A retry of a staging that did not finish: its pods are the ones recorded.
 		st.ValidationPod, st.StagingPod, st.UnstagingPod, st.Began = prev.ValidationPod, prev.StagingPod, prev.UnstagingPod, prev.Began
 	}
-	capacity, dynamic, err := volume.ParseContext(r.volumeContext)
-	if err != nil {
-		return grpcerr.WithCode(codes.InvalidArgument, err)
-	}
-	st.Capacity = capacity
-	objs, err := s.lookup(ctx, p.Name, r.handle, r.volumeContext)
-	if err != nil {
-		return err
-	}
-	st.apply(objs)
-	// Read at each staging: a restage sees the class the volume was
-	// modified to since.
-	if st.MutableParams, err = s.mutableParams(ctx, p.Name, objs.PV); err != nil {
-		return err
-	}
-	if !dynamic {
-		if err := s.validateStatic(ctx, p, st, objs, dir); err != nil {
+	var objs phase.Objects
+	if r.inline != nil {
+		// Its context: the pod, no PV or claim, this Node; no
+		// VolumeAttributesClass (mutableParams {}).
+		pod := r.inline.pod
+		st.Capacity, st.Pod = r.inline.capacity, &pod
+		if objs, err = s.nodeObjects(ctx); err != nil {
 			return err
+		}
+		st.setObjects(objs)
+	} else {
+		capacity, dynamic, err := volume.ParseContext(r.volumeContext)
+		if err != nil {
+			return grpcerr.WithCode(codes.InvalidArgument, err)
+		}
+		st.Capacity = capacity
+		if objs, err = s.lookup(ctx, p.Name, r.handle, r.volumeContext); err != nil {
+			return err
+		}
+		st.apply(objs)
+		// Read at each staging: a restage sees the class the volume was
+		// modified to since.
+		if st.MutableParams, err = s.mutableParams(ctx, p.Name, objs.PV); err != nil {
+			return err
+		}
+		if !dynamic {
+			if err := s.validateStatic(ctx, p, st, objs, dir); err != nil {
+				return err
+			}
 		}
 	}
 	vars, err := phase.StagingVars(st.vars(), objs)
@@ -832,12 +860,15 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 // its staging pod died. It never publishes a bare directory or a device that
 // is not the volume's.
 func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if req.GetVolumeContext()[volume.KeyEphemeral] == "true" {
+		return s.publishInline(ctx, req)
+	}
 	handle, staging, target := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetTargetPath()
 	switch {
 	case handle == "":
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
 	case staging == "":
-		return nil, status.Error(codes.InvalidArgument, "staging target path is required (pav stages volumes)")
+		return nil, status.Errorf(codes.InvalidArgument, "staging target path is required: pav stages persistent volumes (an inline ephemeral volume comes with %s=true, which the kubelet sends only for a CSIDriver with podInfoOnMount, as the pav manager makes it for a PavProvisioner with Ephemeral in spec.provisioningModes)", volume.KeyEphemeral)
 	case target == "":
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
@@ -935,7 +966,8 @@ func (s *Server) restage(ctx context.Context, r stageRequest, why string) (strin
 	return src, nil
 }
 
-// NodeUnpublishVolume unmounts and removes the target path.
+// NodeUnpublishVolume unmounts and removes the target path; for an inline
+// ephemeral volume it then unstages and deletes the volume (inline.go).
 func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
@@ -948,6 +980,10 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	}
 	if err := os.Remove(req.GetTargetPath()); err != nil && !os.IsNotExist(err) {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	// An inline volume goes with its pod: unstaged, deleted (inline.go).
+	if err := s.unpublishInline(ctx, req.GetVolumeId(), req.GetTargetPath()); err != nil {
+		return nil, grpcerr.Status(err)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }

@@ -18,16 +18,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
+	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/internal/fakekubelet"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
 	"github.com/pods-as-volumes/pav/internal/kube/kubetest"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/internal/provisioner"
+	"github.com/pods-as-volumes/pav/internal/records"
+	"github.com/pods-as-volumes/pav/internal/records/recordstest"
 	"github.com/pods-as-volumes/pav/internal/volume"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -47,8 +51,12 @@ type env struct {
 
 	mu      sync.Mutex
 	creates map[string]int
-	actions map[v1alpha1.Phase]podAction
-	stop    context.CancelFunc // stops the current server's runner
+	// commands: the command of each phase's last pod (its first container).
+	commands map[string]string
+	actions  map[v1alpha1.Phase]podAction
+	stop     context.CancelFunc // stops the current server's runner
+	// records holds the PavVolumes of inline volumes (inline_test.go).
+	records *dynamicfake.FakeDynamicClient
 }
 
 type podAction struct {
@@ -62,7 +70,7 @@ func newEnv(t testing.TB, spec string, actions map[v1alpha1.Phase]podAction) *en
 		t.Skip("node server tests make real bind mounts and need root (CI runs as root)")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{t: t, dir: t.TempDir(), ctx: ctx, creates: map[string]int{}, events: record.NewFakeRecorder(1000)}
+	e := &env{t: t, dir: t.TempDir(), ctx: ctx, creates: map[string]int{}, commands: map[string]string{}, events: record.NewFakeRecorder(1000)}
 	e.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	// The fake clientset ignores field selectors; the node plugin lists only
 	// its node's pods, and the tests check it reads nothing more.
@@ -94,6 +102,9 @@ func newEnv(t testing.TB, spec string, actions map[v1alpha1.Phase]podAction) *en
 		}
 		e.mu.Lock()
 		e.creates[pod.Labels[podrunner.LabelPhase]]++
+		if c := pod.Spec.Containers; len(c) > 0 {
+			e.commands[pod.Labels[podrunner.LabelPhase]] = strings.Join(c[0].Command, " ")
+		}
 		e.mu.Unlock()
 		return false, nil, nil
 	})
@@ -143,8 +154,13 @@ func (e *env) newServer(p *v1alpha1.PavProvisioner) *Server {
 	e.stop = stop
 	runner := podrunner.New(podrunner.Config{Client: kubetest.Wrap(e.client), Provisioner: p.Name, NodeName: node, ReportImage: "pav:test",
 		Report: podrunner.ReportExec, PodTimeout: 20 * time.Second})
+	if e.records == nil {
+		e.records = recordstest.NewClient()
+	}
+	eval := phase.NewEvaluator(nil)
 	srv := &Server{NodeID: node, StateDir: filepath.Join(e.dir, "state"), Source: provisioner.Static{P: p},
-		Eval: phase.NewEvaluator(nil), Pods: runner, Client: kubetest.Wrap(e.client), Recorder: e.events}
+		Eval: eval, Pods: runner, Client: kubetest.Wrap(e.client), Recorder: e.events,
+		Inline: &controllerserver.Server{Source: provisioner.Static{P: p}, Eval: eval, Pods: runner, Records: records.NewNodeStore(e.records, p.Name, node)}}
 	srv.WatchStagingPods(runner)
 	if err := runner.Start(ctx); err != nil {
 		e.t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/compat"
 	"github.com/pods-as-volumes/pav/internal/grpcerr"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
@@ -89,6 +90,11 @@ type staged struct {
 	// already reported (one event per death, across restarts).
 	LostReported types.UID `json:"lostReported,omitempty"`
 
+	// Pod is, for an inline ephemeral volume (inline.go), the pod whose
+	// volume it is: its contexts' `pod`, and where its events go. Such a
+	// volume has no PV, claim or staging target path.
+	Pod *v1alpha1.EphemeralPod `json:"pod,omitempty"`
+
 	// PodNamespace is where v0.2.0 ran the staging pod (format 0, which
 	// recorded no pod identity): read by the migration, never written since.
 	PodNamespace string `json:"podNamespace,omitempty"`
@@ -135,7 +141,7 @@ func withID(op podrunner.Operation, id *podID) podrunner.Operation {
 
 func (st *staged) vars() phase.Staged {
 	return phase.Staged{VolumeMode: st.VolumeMode, AccessModes: st.Access, Capacity: st.Capacity,
-		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly, MutableParams: st.MutableParams}
+		Params: st.Params, Handle: st.Handle, ReadOnly: st.ReadOnly, MutableParams: st.MutableParams, Pod: st.Pod}
 }
 
 // objects are the staging context's objects, from the snapshot.

@@ -24,12 +24,17 @@ const (
 	// LabelVolumeHandle, on a PavVolume, is HandleLabel(status.handle), set
 	// once the handle is known: DeleteVolume finds the record by it.
 	LabelVolumeHandle = GroupName + "/handle"
+	// LabelVolumeNode, on the PavVolume of an inline ephemeral volume, is
+	// its node (spec.ephemeral.node; hashed like podrunner.NodeLabel when
+	// the name is not a label value), so that `kubectl get pavvol -l` finds a
+	// node's inline volumes.
+	LabelVolumeNode = GroupName + "/node"
 
 	// AnnotationWhenNamespaceGone, on a PavVolume, is a cluster
 	// administrator's word for that one volume, overriding its provisioner's
 	// spec.volumeDeletion.whenNamespaceGone: Forget or Retry. Only
-	// administrators (and pav's controller ServiceAccount) may write
-	// PavVolumes; a tenant never can, so no tenant can have a deletion
+	// administrators (and pav's controller ServiceAccount; a node plugin
+	// only its node's inline volumes') may write PavVolumes; a tenant never can, so no tenant can have a deletion
 	// skipped. It counts only while the volume's deletion pod cannot be
 	// created because its namespace is gone (ReasonDeletionNamespaceGone).
 	AnnotationWhenNamespaceGone = GroupName + "/when-namespace-gone"
@@ -105,6 +110,30 @@ type PavVolumeSpec struct {
 	// record (v0.2.0), so that it is expanded, snapshotted and deleted as any
 	// other.
 	Adopted *VolumeAdoption `json:"adopted,omitempty"`
+	// Ephemeral is set for a CSI inline ephemeral volume (a pod's `csi`
+	// volume): its node and pod. Its record is written by the node plugin of
+	// that node (an admission policy lets it write no other), and is named
+	// after the CSI volume id, which is also its handle. Immutable.
+	Ephemeral *EphemeralVolume `json:"ephemeral,omitempty"`
+}
+
+// EphemeralVolume says where an inline ephemeral volume lives: every pod pav
+// runs for it runs on Node, and it goes with Pod.
+type EphemeralVolume struct {
+	// Node is the node whose node plugin created the volume and writes the
+	// record.
+	Node string `json:"node"`
+	// Pod is the pod whose volume it is, as the kubelet told the node plugin
+	// (CSIDriver podInfoOnMount).
+	Pod EphemeralPod `json:"pod"`
+}
+
+// EphemeralPod is the pod of an inline ephemeral volume: the contexts' `pod`.
+type EphemeralPod struct {
+	Namespace          string    `json:"namespace"`
+	Name               string    `json:"name"`
+	UID                types.UID `json:"uid"`
+	ServiceAccountName string    `json:"serviceAccountName,omitempty"`
 }
 
 // VolumeAdoption says where an adopted record came from.

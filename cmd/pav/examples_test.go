@@ -258,3 +258,59 @@ func TestRenderExampleDetails(t *testing.T) {
 	}
 	wantAll(t, "object-bucket deletion", script(t, r), "grep -qx pvc-3d0f4c52-8a4e-4f5b-9c3e-5b1e2a7d9f10/", "rclone purge s3:pvc-3d0f4c52-8a4e-4f5b-9c3e-5b1e2a7d9f10")
 }
+
+// object-bucket's inline ephemeral volumes, rendered from a pod: a bucket named after the
+// volume's id, the administrator's store (the Secret object-bucket-inline in pav's
+// namespace), and any attribute but dirCacheTime refused by a validation pod that says so.
+func TestRenderExampleInline(t *testing.T) {
+	const d = "../../examples/object-bucket/"
+	pod, node := d+"testdata/inline-pod.yaml", d+"testdata/node.yaml"
+	// The kubelet's id of the pod's volume: csi-<sha256 of its UID and name>.
+	sum := sha256.Sum256([]byte("9b0b7c1e-5d2a-4f3e-8c6b-2a1d0e9f8c7b" + "bucket"))
+	bucket := "inline-" + hex.EncodeToString(sum[:])[:32]
+	inline := func(ph string, more ...string) renderOut {
+		return renderPhase(t, append([]string{"-f", d + "provisioner.yaml", "--phase", ph, "--inline-pod", pod}, more...)...)
+	}
+	r := inline("validation")
+	if r.Pod != nil || !strings.Contains(r.Validation.Result, "passes") {
+		t.Fatalf("validation of good attributes: pod %v, %s", r.Pod != nil, r.Validation.Result)
+	}
+	for _, c := range []struct{ param, want string }{
+		{"endpoint=http://elsewhere:9000", "volumeAttributes key endpoint is not allowed on inline volumes of object-bucket"},
+		{"secretNamespace=kube-system", "volumeAttributes key secretNamespace is not allowed"},
+		{"dirCacheTime=1h; rm -rf /", "volumeAttributes dirCacheTime must be a duration such as 100ms, 2s or 1m"},
+	} {
+		r := inline("validation", "--param", c.param)
+		wantAll(t, "validation of "+c.param, script(t, r), c.want, "> /pav/error; exit 1")
+		if r.Pod.Namespace != "pav" {
+			t.Errorf("validation pod in %q", r.Pod.Namespace)
+		}
+	}
+	for _, ph := range []string{"creation", "deletion", "staging"} {
+		r := inline(ph, "--node", node)
+		if r.Pod.Namespace != "pav" || r.Pod.Spec.NodeName != "node-1" {
+			t.Errorf("%s pod in %q on %q, want pav's namespace on the pod's node", ph, r.Pod.Namespace, r.Pod.Spec.NodeName)
+		}
+		wantAll(t, ph, script(t, r), bucket)
+		env := map[string]string{}
+		for _, e := range r.Pod.Spec.Containers[0].Env {
+			switch {
+			case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+				env[e.Name] = "secret " + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+			default:
+				env[e.Name] = e.Value
+			}
+		}
+		for k, v := range map[string]string{"RCLONE_CONFIG_S3_ENDPOINT": "secret object-bucket-inline/endpoint",
+			"RCLONE_CONFIG_S3_ACCESS_KEY_ID": "secret object-bucket-inline/accessKeyId", "RCLONE_CONFIG_S3_PROVIDER": "Other"} {
+			if env[k] != v {
+				t.Errorf("%s: %s = %q, want %q", ph, k, env[k], v)
+			}
+		}
+	}
+	wantAll(t, "staging", script(t, inline("staging", "--node", node)), "--dir-cache-time 2s")
+	r = inline("creation")
+	if r.Creation.Handle != "csi-"+hex.EncodeToString(sum[:]) || *r.Creation.Capacity != 1<<60 {
+		t.Fatalf("creation: handle %s capacity %d", r.Creation.Handle, *r.Creation.Capacity)
+	}
+}

@@ -28,8 +28,11 @@ import (
 // renderInputs are `pav render`'s flags.
 type renderInputs struct {
 	file, phase, pvc, sc, pv, node, handle, capacity, reportImage, stateDir, podNamespace, podReport string
-	params                                                                                           paramFlag
-	readOnly                                                                                         bool
+	// inlinePod and inlineVolume: an inline ephemeral volume (a pod's csi
+	// volume) instead of a claim or a PV.
+	inlinePod, inlineVolume string
+	params                  paramFlag
+	readOnly                bool
 }
 
 type paramFlag map[string]string
@@ -96,6 +99,8 @@ func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.StringVar(&in.stateDir, "state-dir", "", "staging, unstaging: the node plugin's --state-dir (default /var/lib/kubelet/plugins/NAME/volumes)")
 	fs.StringVar(&in.podNamespace, "pod-namespace", podrunner.DefaultNamespace, "the driver's --pod-namespace: where pods whose template names no namespace go")
 	fs.Var(in.params, "param", "a parameter key=value (StorageClass parameters or PV volumeAttributes); repeatable, wins over --sc/--pv")
+	fs.StringVar(&in.inlinePod, "inline-pod", "", "Pod YAML with an inline ephemeral volume (a csi volume of the provisioner's driver): render that volume's phases (with its UID, or a made-up one)")
+	fs.StringVar(&in.inlineVolume, "volume", "", "with --inline-pod: the name of its csi volume (default: its first of the provisioner's driver)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -167,6 +172,9 @@ func render(ctx context.Context, in renderInputs, stdin io.Reader) (*rendered, e
 	eval := phase.NewEvaluator(offlinePVCs{objs.PVC})
 	ph := v1alpha1.Phase(in.phase)
 	out := &rendered{Phase: ph}
+	if in.inlinePod != "" {
+		return renderInline(ctx, in, p, objs.Node, eval, out)
+	}
 	// Pods are built by the driver's own code: the controller plugin's
 	// (controllerserver.PodOperation) for the dynamic phases, the node plugin's
 	// (nodeserver.PodOperation, on --node, with the driver's state directory)
@@ -436,4 +444,156 @@ func (o offlinePVCs) GetPVC(_ context.Context, namespace, name string) (map[stri
 		return nil, fmt.Errorf("PersistentVolumeClaim %s/%s not found (offline, get_pvc sees only the --pvc file)", namespace, name)
 	}
 	return phase.ObjectVar(o.pvc)
+}
+
+// renderInline renders a phase of an inline ephemeral volume as the node
+// plugin of the pod's node runs it (controllerserver's CreateInline and
+// DeleteInline, nodeserver's staging): its id is the kubelet's, its params
+// its volumeAttributes, its context has `pod` and `ephemeral`, and every pod
+// runs on the node (--node, else the pod's spec.nodeName).
+func renderInline(ctx context.Context, in renderInputs, p *v1alpha1.PavProvisioner, node *corev1.Node, eval *phase.Evaluator, out *rendered) (*rendered, error) {
+	b, err := os.ReadFile(in.inlinePod)
+	if err != nil {
+		return nil, fmt.Errorf("--inline-pod: %w", err)
+	}
+	pod := &corev1.Pod{}
+	if err := yaml.UnmarshalStrict(b, pod); err != nil {
+		return nil, fmt.Errorf("--inline-pod %s: %w", in.inlinePod, err)
+	}
+	var src *corev1.CSIVolumeSource
+	var name string
+	for _, v := range pod.Spec.Volumes {
+		if v.CSI != nil && v.CSI.Driver == p.Name && (in.inlineVolume == "" || in.inlineVolume == v.Name) {
+			src, name = v.CSI, v.Name
+			break
+		}
+	}
+	if src == nil {
+		return nil, fmt.Errorf("--inline-pod %s has no csi volume %q of driver %s", in.inlinePod, in.inlineVolume, p.Name)
+	}
+	if pod.UID == "" {
+		pod.UID = "00000000-0000-4000-8000-000000000000" // the API server gives one
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = "default"
+	}
+	nodeName := pod.Spec.NodeName
+	if node != nil {
+		nodeName = node.Name
+	}
+	if nodeName == "" {
+		return nil, fmt.Errorf("an inline volume's pods run on its pod's node: give --node, or spec.nodeName in the pod")
+	}
+	attrs := map[string]string{}
+	for k, v := range src.VolumeAttributes {
+		attrs[k] = v
+	}
+	for k, v := range in.params {
+		attrs[k] = v
+	}
+	params, err := volume.InlineParams(attrs)
+	if err != nil {
+		return nil, err
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	id := controllerserver.InlineVolumeID(pod.UID, name)
+	iv := controllerserver.InlineVolume{ID: id, Node: nodeName, Params: params,
+		Pod: v1alpha1.EphemeralPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, ServiceAccountName: sa}}
+	if !p.Spec.HasMode(v1alpha1.Ephemeral) {
+		return nil, fmt.Errorf("PavProvisioner %q does not allow inline ephemeral volumes: add Ephemeral to its spec.provisioningModes", p.Name)
+	}
+	r, err := controllerserver.InlineRequest(ctx, eval, p, iv)
+	if err != nil {
+		return nil, err
+	}
+	ph := out.Phase
+	inlineOp := func(key string) operationOf {
+		return func(t corev1.PodTemplateSpec) podrunner.Operation {
+			op := controllerserver.PodOperation(p.Name, ph, key, t)
+			op.NodeName = nodeName
+			return op
+		}
+	}
+	capacity := int64(0)
+	if in.capacity != "" {
+		if capacity, err = phase.ParseCapacity(in.capacity, phase.Floor); err != nil {
+			return nil, fmt.Errorf("--capacity: %w", err)
+		}
+	}
+	switch ph {
+	case v1alpha1.PhaseValidation:
+		vars, err := phase.ValidationVars(r, phase.Objects{}, "")
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := eval.Validation(ctx, p, vars)
+		if err != nil {
+			return nil, err
+		}
+		v := &renderedValidation{VolumeModes: cfg.VolumeModes, AccessModes: cfg.AccessModes, MinCapacity: cfg.MinCapacity, MaxCapacity: cfg.MaxCapacity, Result: "the request passes spec.volumeValidation"}
+		if err := cfg.CheckRequest(r); err != nil {
+			v.Result = "REJECTED: " + err.Error()
+		}
+		out.Validation = v
+		return out, setPod(out, ph, cfg.PodTemplate, in, inlineOp(id))
+	case v1alpha1.PhaseCreation:
+		if p.Spec.VolumeCreation == nil || p.Spec.VolumeCreation.Data == nil {
+			out.Creation = &renderedCreation{Handle: id, Capacity: &r.MinCapacity}
+			out.Note = "no spec.volumeCreation: the staging pod alone makes an inline volume, of the requested capacity"
+			return out, nil
+		}
+		vars, err := phase.CreationVars(r, phase.Objects{}, id)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := eval.Creation(ctx, p, vars)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Handle != "" && cfg.Handle != id {
+			return nil, fmt.Errorf("spec.volumeCreation.handle is %q, but the handle of an inline ephemeral volume is always its CSI volume id %s: leave it out for inline volumes", cfg.Handle, id)
+		}
+		out.Creation = &renderedCreation{Handle: id, Capacity: cfg.Capacity}
+		return out, setPod(out, ph, cfg.PodTemplate, in, inlineOp(id))
+	case v1alpha1.PhaseDeletion:
+		vars, err := phase.DeletionVars(r, phase.Objects{}, id, id, capacity)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := eval.Deletion(ctx, p, vars)
+		if err != nil {
+			return nil, err
+		}
+		return out, setPod(out, ph, cfg.PodTemplate, in, inlineOp(controllerserver.DeletionKey(id)))
+	case v1alpha1.PhaseStaging, v1alpha1.PhaseUnstaging:
+		if capacity == 0 {
+			capacity = r.MinCapacity
+		}
+		st := phase.Staged{VolumeMode: r.VolumeMode, AccessModes: r.AccessModes, Capacity: capacity, Params: params, Handle: id,
+			ReadOnly: in.readOnly, Pod: r.Pod}
+		vars, err := phase.StagingVars(st, phase.Objects{Node: node})
+		if err != nil {
+			return nil, err
+		}
+		var cfg *phase.PodConfig
+		if ph == v1alpha1.PhaseStaging {
+			cfg, err = eval.Staging(ctx, p, vars)
+		} else {
+			cfg, err = eval.Unstaging(ctx, p, vars)
+		}
+		if err != nil {
+			return nil, err
+		}
+		stateDir := in.stateDir
+		if stateDir == "" {
+			stateDir = driver.DefaultStateDir(p.Name)
+		}
+		return out, setPod(out, ph, cfg.PodTemplate, in, func(t corev1.PodTemplateSpec) podrunner.Operation {
+			return nodeserver.PodOperation(nodeName, stateDir, p.Name, ph, id, t)
+		})
+	}
+	return nil, fmt.Errorf("--phase must be validation, creation, deletion, staging or unstaging, got %q", in.phase)
 }

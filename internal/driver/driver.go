@@ -212,6 +212,13 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		}
 		svc.Node = &nodeserver.Server{NodeID: o.NodeID, StateDir: stateDir, Source: src, Eval: eval, Pods: d.Runner,
 			Client: d.Client, Recorder: d.Recorder, BootID: boot}
+		if d.Dynamic != nil {
+			// Inline ephemeral volumes: the controller plugin's creation and
+			// deletion, run here with this node's pods and records (read by
+			// name: the node plugin may not list PavVolumes).
+			svc.Node.Inline = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Client: d.Client,
+				Records: records.NewNodeStore(d.Dynamic, name, o.NodeID)}
+		}
 		// Before the runner starts, so that its initial list reports staging
 		// pods that ended while the node plugin was down.
 		svc.Node.WatchStagingPods(d.Runner)

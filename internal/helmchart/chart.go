@@ -167,7 +167,7 @@ func Chart(install, config []byte) (map[string][]byte, error) {
 	files["templates/NOTES.txt"] = []byte(notes)
 	files["templates/crds.yaml"] = []byte(generated + "# The CRDs of deploy/crd, as they are (they hold Jinja's braces, which a template would take for Helm's).\n" +
 		`{{ .Files.Get "files/crds.yaml" }}` + "\n")
-	files["templates/policy.yaml"] = []byte(generated + "# The ValidatingAdmissionPolicy of PavProvisioners and its binding (deploy/crd), as they are.\n" +
+	files["templates/policy.yaml"] = []byte(generated + "# The ValidatingAdmissionPolicies of deploy/crd (PavProvisioners, PavVolumes) and their bindings, as they are.\n" +
 		`{{ .Files.Get "files/policy.yaml" }}` + "\n")
 	files["templates/namespace.yaml"] = []byte(generated + namespaceHead + namespace + "{{- end }}\n")
 	files["templates/rbac.yaml"] = []byte(generated + "# The ServiceAccounts and RBAC of the drivers (deploy/base) and of the manager (deploy/manager).\n" +

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -204,6 +205,15 @@ func ensure[T interface {
 			c.cfg.Recorder.Eventf(p, corev1.EventTypeNormal, "Replacing", "Deleting %s, left by an earlier PavProvisioner of this name", what)
 			return none, "", &problem{reason: reasonReplacing, err: fmt.Errorf("waiting for the deletion of %s, left by an earlier PavProvisioner of this name", what)}
 		}
+		if why := mustReplace(desired, live); why != "" {
+			// An update would be refused: delete it, and create it anew
+			// once it is gone (its deletion event brings the manager back).
+			if err := del(ctx, live.GetUID()); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return none, "", &problem{reason: reasonApplyFailed, err: fmt.Errorf("deleting %s to replace it (%s): %w", what, why, err), transient: true}
+			}
+			c.cfg.Recorder.Eventf(p, corev1.EventTypeNormal, "Replacing", "Deleting %s to create it anew: %s", what, why)
+			return none, "", &problem{reason: reasonReplacing, err: fmt.Errorf("waiting for the deletion of %s, replaced because %s", what, why)}
+		}
 		current, err := upToDate(config, live)
 		if err != nil {
 			return none, "", &problem{reason: reasonApplyFailed, err: fmt.Errorf("comparing %s with what pav-manager applies: %w", what, err), transient: true}
@@ -225,6 +235,28 @@ func ensure[T interface {
 		return applied, "updated " + what, nil
 	}
 	return applied, "created " + what, nil
+}
+
+// mustReplace says why live cannot be updated to desired (a field the API
+// server keeps immutable changes), or "". A CSIDriver's volumeLifecycleModes
+// (and attachRequired) are immutable (ValidateCSIDriverUpdate): adding or
+// removing Ephemeral takes a new CSIDriver. Meanwhile, for the seconds the
+// API server takes to delete and create it, the kubelet finds no CSIDriver
+// for the driver and mounts nothing of it; pods waiting for a volume then
+// retry.
+func mustReplace(desired, live any) string {
+	d, ok := desired.(*storagev1.CSIDriver)
+	l, ok2 := live.(*storagev1.CSIDriver)
+	if !ok || !ok2 {
+		return ""
+	}
+	if !slices.Equal(d.Spec.VolumeLifecycleModes, l.Spec.VolumeLifecycleModes) {
+		return fmt.Sprintf("its volumeLifecycleModes, which cannot be updated, change from %v to %v", l.Spec.VolumeLifecycleModes, d.Spec.VolumeLifecycleModes)
+	}
+	if d.Spec.AttachRequired != nil && l.Spec.AttachRequired != nil && *d.Spec.AttachRequired != *l.Spec.AttachRequired {
+		return fmt.Sprintf("its attachRequired, which cannot be updated, changes to %v", *d.Spec.AttachRequired)
+	}
+	return ""
 }
 
 // addFinalizer adds the deletion guard's finalizer by server-side apply. The UID

@@ -18,6 +18,7 @@ import (
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/deploy"
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
+	"github.com/pods-as-volumes/pav/internal/phase"
 )
 
 // FieldManager owns, in server-side apply, every field the manager sets.
@@ -96,6 +97,7 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 	// serves: the stock resizer and snapshotter exit when the driver lacks the
 	// capability, and would crash-loop the controller pod.
 	f := features(p)
+	csiDriver(&o.CSIDriver.Spec, f)
 	wanted := sidecars(f)
 	for _, t := range []*metav1.ObjectMeta{&o.Controller.Spec.Template.ObjectMeta, &o.Node.Spec.Template.ObjectMeta} {
 		if t.Annotations == nil {
@@ -172,6 +174,22 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		return nil, err
 	}
 	return o, nil
+}
+
+// csiDriver sets what a provisioner's CSIDriver says of its features. With
+// Ephemeral (CSI inline ephemeral volumes), volumeLifecycleModes gains
+// Ephemeral (the kubelet mounts a pod's csi volume of the driver only then;
+// Persistent stays, so that PersistentVolumes of the driver keep working
+// whatever the spec says) and podInfoOnMount is true: the kubelet then tells
+// NodePublishVolume the pod (csi.storage.k8s.io/pod.*) and whether the volume
+// is inline (csi.storage.k8s.io/ephemeral), which an inline volume needs.
+// volumeLifecycleModes is immutable: ensure replaces a CSIDriver whose modes
+// change (mustReplace).
+func csiDriver(spec *storagev1.CSIDriverSpec, f phase.Features) {
+	if f.Ephemeral {
+		spec.VolumeLifecycleModes = []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}
+		spec.PodInfoOnMount = ptr.To(true)
+	}
 }
 
 // stamp annotates each object with the digest of its configuration

@@ -33,6 +33,9 @@ type Request struct {
 	// (PavVolume.CurrentMutableParams). The contexts' `mutableParams`, {}
 	// when nil.
 	MutableParams map[string]string
+	// Pod is, for an inline ephemeral volume, the pod whose volume it is
+	// (`pod`, and `ephemeral` true); nil for a persistent volume.
+	Pod *v1alpha1.EphemeralPod
 }
 
 // FromClaim overrides base with what a PVC asks for: its volume mode, access
@@ -88,7 +91,18 @@ func ValidationVars(r Request, objs Objects, handle string) (templating.Vars, er
 		v["handle"] = handle
 	}
 	maps.Copy(v, topologyVars(r.Topology))
+	ephemeralVars(v, r.Pod)
 	return v, addObjects(v, Objects{PVC: objs.PVC, SC: objs.SC, PV: objs.PV})
+}
+
+// ephemeralVars sets `ephemeral` (every volume context has it: false for a
+// persistent volume) and, for an inline ephemeral volume, `pod`.
+func ephemeralVars(v templating.Vars, pod *v1alpha1.EphemeralPod) {
+	v["ephemeral"] = pod != nil
+	if pod != nil {
+		v["pod"] = map[string]any{"name": pod.Name, "namespace": pod.Namespace, "uid": string(pod.UID),
+			"serviceAccountName": pod.ServiceAccountName}
+	}
 }
 
 // CreationVars is the context of spec.volumeCreation: the dynamic validation
@@ -162,6 +176,8 @@ type Staged struct {
 	// (spec.volumeAttributesClassName) when the volume was staged; nil
 	// without one.
 	MutableParams map[string]string
+	// Pod is the pod of an inline ephemeral volume; nil for a persistent one.
+	Pod *v1alpha1.EphemeralPod
 }
 
 // StagingVars is the context of spec.volumeStaging and spec.volumeUnstaging.
@@ -175,6 +191,7 @@ func StagingVars(s Staged, objs Objects) (templating.Vars, error) {
 		"readOnly":      s.ReadOnly,
 		"mutableParams": params(s.MutableParams),
 	}
+	ephemeralVars(v, s.Pod)
 	return v, addObjects(v, objs)
 }
 

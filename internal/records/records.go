@@ -23,6 +23,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/compat"
+	"github.com/pods-as-volumes/pav/podrunner"
 )
 
 var (
@@ -63,6 +64,15 @@ var volumes = kind[*v1alpha1.PavVolume]{
 	csiName:     func(v *v1alpha1.PavVolume) string { return v.Spec.VolumeName },
 	provisioner: func(v *v1alpha1.PavVolume) *string { return &v.Spec.Provisioner },
 	handle:      func(v *v1alpha1.PavVolume) string { return v.Status.Handle },
+	// An inline volume's record carries its node, for people (kubectl get
+	// -l): the node plugin reads its records by name.
+	moreLabels: func(v *v1alpha1.PavVolume, l map[string]string) {
+		if e := v.Spec.Ephemeral; e != nil {
+			l[v1alpha1.LabelVolumeNode] = podrunner.NodeLabel(e.Node)
+		} else {
+			delete(l, v1alpha1.LabelVolumeNode)
+		}
+	},
 
 	format:        VolumeFormat,
 	formatVersion: func(v *v1alpha1.PavVolume) *int { return &v.Spec.FormatVersion },

@@ -277,7 +277,8 @@ func TestForgedRecordRefused(t *testing.T) {
 }
 
 // TestLeastPrivilege is finding 7: the node plugin's ServiceAccount has what
-// staging needs and no more (no records, no PVC or status writes), and the
+// staging needs and no more (no PVC or status writes, no records beyond its inline
+// volumes' by name), and the
 // controller's cannot write PVs or PVCs.
 func TestLeastPrivilege(t *testing.T) {
 	ctx := bgCtx()
@@ -296,8 +297,11 @@ func TestLeastPrivilege(t *testing.T) {
 		sa, group, resource, verb string
 		want                      bool
 	}{
-		{"pav-node", pav, "pavvolumes", "get", false},
+		// Its inline volumes' records, by name (the PavVolume policy keeps its writes
+		// to its own node's: TestInlineVolumePolicy).
+		{"pav-node", pav, "pavvolumes", "get", true},
 		{"pav-node", pav, "pavvolumes", "list", false},
+		{"pav-node", pav, "pavvolumes", "watch", false},
 		{"pav-node", pav, "pavprovisioners/status", "patch", false},
 		{"pav-node", "", "persistentvolumeclaims", "patch", false},
 		{"pav-node", "", "persistentvolumes", "delete", false},
