@@ -49,6 +49,9 @@ const (
 	// FileTopology is where the creation pod says which topology segments
 	// the volume is reachable from (YAML or JSON).
 	FileTopology = "topology"
+	// FileSnapshots is where a groupSnapshotCreation pod says each member's
+	// handle and size (YAML or JSON).
+	FileSnapshots = "snapshots"
 	// FileReady is not reported: for KeepRunning pods it is probed (see Run).
 	FileReady = "ready"
 	// FileExit is where pav-report --exec --exit-file, wrapping the command
@@ -62,7 +65,7 @@ const (
 // way when the report is too large: error is truncated first (its tail is
 // kept), and topology/capacity/handle are dropped, never cut, since a cut
 // handle or topology would be silently wrong.
-var Files = []string{FileHandle, FileCapacity, FileTopology, FileError}
+var Files = []string{FileHandle, FileCapacity, FileTopology, FileSnapshots, FileError}
 
 // reportProblemKey is an extra report entry saying what could not be reported;
 // Parse turns it into an error.
@@ -262,7 +265,7 @@ func readReportFile(path string, max int, tail bool) (string, error) {
 
 // encodeReport marshals files (plus problems) in at most max bytes: first by
 // keeping only the tail of error, then by dropping whole files (error,
-// topology, capacity, handle), saying so in reportProblemKey.
+// snapshots, topology, capacity, handle), saying so in reportProblemKey.
 func encodeReport(files map[string]string, problems []string, max int) string {
 	m := map[string]string{}
 	for k, v := range files {
@@ -295,7 +298,7 @@ func encodeReport(files map[string]string, problems []string, max int) string {
 			return b
 		}
 	}
-	for _, name := range []string{FileError, FileTopology, FileCapacity, FileHandle} {
+	for _, name := range []string{FileError, FileSnapshots, FileTopology, FileCapacity, FileHandle} {
 		v, ok := m[name]
 		if !ok {
 			continue
