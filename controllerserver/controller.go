@@ -97,9 +97,11 @@ func DeletionKey(handle string) string { return "delete/" + handle }
 // its default --volume-name-prefix.
 func DefaultHandle(pvc *corev1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
 
-// Server implements csi.ControllerServer.
+// Server implements csi.ControllerServer and csi.GroupControllerServer.
 type Server struct {
 	csi.UnimplementedControllerServer
+	// The GroupController service (groupsnapshot.go).
+	csi.UnimplementedGroupControllerServer
 
 	Source  provisioner.Source
 	Eval    *phase.Evaluator
@@ -110,6 +112,10 @@ type Server struct {
 	Client    kube.Interface // PVCs and StorageClasses; nil when only CSI requests are known
 	// Recorder, if set, gets the events pav puts on volumes' PVs (nsgone.go).
 	Recorder record.EventRecorder
+
+	// GroupSnapshots keeps the PavGroupSnapshot records; nil: no group
+	// snapshots.
+	GroupSnapshots GroupSnapshotRecords
 
 	busy inflight.Set
 
