@@ -60,6 +60,7 @@ lint:
 	$(GO) vet -tags bench ./test/bench
 	$(GO) vet -tags scale ./test/scale
 	cd hack/tools && $(GO) run ./align -check
+	hack/update-snapshot-crds.sh --check
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
