@@ -62,6 +62,7 @@ lint:
 	$(GO) vet -tags bench ./test/bench
 	$(GO) vet -tags scale ./test/scale
 	cd hack/tools && $(GO) run ./align -check
+	hack/update-snapshot-crds.sh --check
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

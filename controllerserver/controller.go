@@ -98,9 +98,11 @@ func DeletionKey(handle string) string { return "delete/" + handle }
 // its default --volume-name-prefix.
 func DefaultHandle(pvc *corev1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
 
-// Server implements csi.ControllerServer.
+// Server implements csi.ControllerServer and csi.GroupControllerServer.
 type Server struct {
 	csi.UnimplementedControllerServer
+	// The GroupController service (groupsnapshot.go).
+	csi.UnimplementedGroupControllerServer
 
 	Source  provisioner.Source
 	Eval    *phase.Evaluator
@@ -121,6 +123,10 @@ type Server struct {
 	// that started it (capacity pods serve every caller of their segment);
 	// nil: context.Background().
 	Background context.Context
+
+	// GroupSnapshots keeps the PavGroupSnapshot records; nil: no group
+	// snapshots.
+	GroupSnapshots GroupSnapshotRecords
 
 	busy inflight.Set
 

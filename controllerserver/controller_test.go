@@ -214,7 +214,12 @@ func (c *cluster) server(p *v1alpha1.PavProvisioner, runner PodRunner) *Server {
 	if err := snaps.Start(ctx); err != nil {
 		c.t.Fatal(err)
 	}
-	return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Records: store, Snapshots: snaps, Client: kubetest.Wrap(c.client)}
+	groups := records.NewGroupSnapshots(c.records, p.Name)
+	if err := groups.Start(ctx); err != nil {
+		c.t.Fatal(err)
+	}
+	return &Server{Source: provisioner.Static{P: p}, Eval: phase.NewEvaluator(nil), Pods: runner, Records: store, Snapshots: snaps,
+		GroupSnapshots: groups, Client: kubetest.Wrap(c.client)}
 }
 
 // volumes is every PavVolume, read from the API.

@@ -147,12 +147,26 @@ func (s *Server) recordSnapshot(ctx context.Context, p *v1alpha1.PavProvisioner,
 		SourceVolumeRecord:    vol.Name,
 		Params:                volume.UserParams(params),
 		VolumeSnapshotContent: params[paramSnapshotContent],
-		Volume: v1alpha1.SnapshotSourceVolume{Handle: vol.Status.Handle, Capacity: vol.Status.Capacity,
-			VolumeMode: vol.Spec.RequestedVolumeMode, Params: vol.Spec.Params, PVC: vol.Spec.PVC, SC: vol.Spec.SC},
+		Volume:                sourceVolume(vol),
 	}
 	if ns, n := params[paramSnapshotNamespace], params[paramSnapshotName]; ns != "" && n != "" {
 		sp.VolumeSnapshot = ns + "/" + n
 	}
+	return s.createSnapshotRecord(ctx, p, sp)
+}
+
+// sourceVolume is the source volume's part of a snapshot's context, from its
+// record.
+func sourceVolume(vol *v1alpha1.PavVolume) v1alpha1.SnapshotSourceVolume {
+	return v1alpha1.SnapshotSourceVolume{Handle: vol.Status.Handle, Capacity: vol.Status.Capacity,
+		VolumeMode: vol.Spec.RequestedVolumeMode, Params: vol.Spec.Params, PVC: vol.Spec.PVC, SC: vol.Spec.SC}
+}
+
+// createSnapshotRecord evaluates spec.snapshotCreation for a new snapshot (a
+// snapshot of its own, or a member of a group whose members are made by their
+// own pods) and creates its record: Creating with its pod recorded, or Created
+// when the spec has no pod.
+func (s *Server) createSnapshotRecord(ctx context.Context, p *v1alpha1.PavProvisioner, sp v1alpha1.PavSnapshotSpec) (*v1alpha1.PavSnapshot, error) {
 	v := &v1alpha1.PavSnapshot{Spec: sp}
 	j := &snapJob{s: s, p: p, v: v}
 	cfg, err := j.creation(ctx)
@@ -309,9 +323,12 @@ func (j *snapJob) resume(ctx context.Context) (*csi.Snapshot, error) {
 	}
 }
 
+// csiSnapshot is a snapshot as CSI reports it; a member of a group snapshot
+// names its group (group_snapshot_id).
 func csiSnapshot(v *v1alpha1.PavSnapshot) *csi.Snapshot {
 	st := &v.Status
-	out := &csi.Snapshot{SnapshotId: st.Handle, SourceVolumeId: v.Spec.SourceVolumeID, SizeBytes: st.Size, ReadyToUse: st.ReadyToUse}
+	out := &csi.Snapshot{SnapshotId: st.Handle, SourceVolumeId: v.Spec.SourceVolumeID, SizeBytes: st.Size, ReadyToUse: st.ReadyToUse,
+		GroupSnapshotId: v.Spec.GroupSnapshotHandle}
 	if st.CreationTime != nil {
 		out.CreationTime = timestamppb.New(st.CreationTime.Time)
 	}
@@ -542,7 +559,17 @@ func (s *Server) deleteSnapshot(ctx context.Context, handle string) error {
 		}
 		return grpcerr.Errorf(codes.FailedPrecondition, "PavSnapshots %s all have handle %q; a handle must be unique: a human must tell which is right", strings.Join(names, ", "), handle)
 	}
-	j := &snapJob{s: s, p: p, v: vs[0]}
+	if err := s.memberOfBusyGroup(ctx, vs[0]); err != nil {
+		return err
+	}
+	return s.deleteSnapshotRecord(ctx, p, vs[0])
+}
+
+// deleteSnapshotRecord deletes a snapshot pav recorded: its snapshotDeletion
+// pod (recorded first), then its record. DeleteSnapshot does it, and so does
+// the deletion of a group snapshot whose members are deleted by their own pods.
+func (s *Server) deleteSnapshotRecord(ctx context.Context, p *v1alpha1.PavProvisioner, rec *v1alpha1.PavSnapshot) error {
+	j := &snapJob{s: s, p: p, v: rec}
 	switch j.v.Status.Phase {
 	case v1alpha1.SnapshotCreated:
 		cfg, err := j.deletion(ctx)
@@ -559,7 +586,7 @@ func (s *Server) deleteSnapshot(ctx context.Context, handle string) error {
 		}
 	case v1alpha1.SnapshotDeleting:
 	default:
-		return grpcerr.Errorf(codes.FailedPrecondition, "snapshot %s (handle %q) is still being created (%s)", j.v.Spec.SnapshotName, handle, j.v.Status.Phase)
+		return grpcerr.Errorf(codes.FailedPrecondition, "snapshot %s (handle %q) is still being created (%s)", j.v.Spec.SnapshotName, j.v.Status.Handle, j.v.Status.Phase)
 	}
 	if err := j.deleteBackend(ctx); err != nil {
 		return err
@@ -567,6 +594,6 @@ func (s *Server) deleteSnapshot(ctx context.Context, handle string) error {
 	if err := s.Snapshots.Delete(ctx, j.v); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Snapshot deleted", "snapshot", j.v.Spec.SnapshotName, "handle", handle)
+	klog.FromContext(ctx).Info("Snapshot deleted", "snapshot", j.v.Spec.SnapshotName, "handle", j.v.Status.Handle)
 	return nil
 }

@@ -35,3 +35,9 @@ var VolumePolicyYAML []byte
 //
 //go:embed crd/pavsnapshots.yaml
 var SnapshotCRDYAML []byte
+
+// GroupSnapshotCRDYAML is the PavGroupSnapshot CustomResourceDefinition
+// (crd/pavgroupsnapshots.yaml): pav's record of each group snapshot.
+//
+//go:embed crd/pavgroupsnapshots.yaml
+var GroupSnapshotCRDYAML []byte

@@ -90,6 +90,7 @@ func fullSnapshot() *v1alpha1.PavSnapshot {
 			Params: map[string]string{"kind": "fast"}, VolumeSnapshot: "team-a/daily", VolumeSnapshotContent: "snapcontent-1",
 			Volume: v1alpha1.SnapshotSourceVolume{Handle: "backend-1", Capacity: 1 << 30, VolumeMode: corev1.PersistentVolumeFilesystem,
 				Params: vol.Spec.Params, PVC: vol.Spec.PVC, SC: vol.Spec.SC},
+			GroupSnapshotName: "groupsnapshot-1", GroupSnapshotHandle: "group-1",
 		},
 		Status: v1alpha1.PavSnapshotStatus{Phase: v1alpha1.SnapshotCreated, Handle: "snap-1", Size: 1 << 30, CreationTime: &now, ReadyToUse: true,
 			Reason: v1alpha1.ReasonCreationFailed, Message: "earlier: busy",

@@ -80,6 +80,10 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-controller", pav, "pavsnapshots", "update", true},
 		{"pav-controller", pav, "pavsnapshots", "delete", true},
 		{"pav-controller", pav, "pavsnapshots", "watch", true},
+		{"pav-controller", pav, "pavgroupsnapshots", "create", true},
+		{"pav-controller", pav, "pavgroupsnapshots", "update", true},
+		{"pav-controller", pav, "pavgroupsnapshots", "delete", true},
+		{"pav-controller", pav, "pavgroupsnapshots", "watch", true},
 		{"pav-controller", "", "pods", "create", true},
 		{"pav-controller", "", "pods/log", "get", true},
 		{"pav-controller", "", "persistentvolumeclaims", "get", true},
@@ -104,6 +108,16 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotclasses", "watch", true},
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotcontents", "create", false},
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotcontents", "delete", false},
+		// ... and so it does VolumeGroupSnapshotContents: it lists the group CRDs when it
+		// starts (without these rules it serves no group snapshots), and never creates or
+		// deletes a group's content, nor touches VolumeGroupSnapshots.
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotclasses", "list", true},
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "watch", true},
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "update", true},
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents/status", "patch", true},
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "create", false},
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "delete", false},
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshots", "get", false},
 		// external-provisioner reads a claim's dataSource snapshot to restore it
 		// (found by e2e: restores were refused without it); it never writes one.
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshots", "get", true},
@@ -145,6 +159,7 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-node", pav, "pavvolumes", "patch", false},
 		{"pav-node", pav, "pavsnapshots", "get", false},
 		{"pav-node", pav, "pavsnapshots", "list", false},
+		{"pav-node", pav, "pavgroupsnapshots", "get", false},
 		{"pav-node", pav, "pavprovisioners/status", "patch", false},
 		{"pav-node", pav, "pavprovisioners/status", "update", false},
 		{"pav-node", "", "persistentvolumeclaims", "patch", false},
@@ -165,7 +180,8 @@ func TestLeastPrivilege(t *testing.T) {
 	// (but the PV list it adopts v0.2.0's volumes with, and the PV get of its events).
 	for _, rule := range r.roles["pav-driver-controller"] {
 		pvList := slices.Equal(rule.Resources, []string{"persistentvolumes"}) && slices.Equal(rule.Verbs, []string{"get", "list"})
-		if slices.Contains(rule.APIGroups, "snapshot.storage.k8s.io") || slices.Contains(rule.Resources, "persistentvolumes") && !pvList ||
+		if slices.Contains(rule.APIGroups, "snapshot.storage.k8s.io") || slices.Contains(rule.APIGroups, "groupsnapshot.storage.k8s.io") ||
+			slices.Contains(rule.Resources, "persistentvolumes") && !pvList ||
 			slices.Contains(rule.Resources, "persistentvolumeclaims/status") {
 			t.Errorf("pav-driver-controller has a sidecar's rule %+v", rule)
 		}

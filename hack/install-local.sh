@@ -5,7 +5,8 @@
 # Usage: hack/install-local.sh [PROVISIONER.yaml...]
 #
 #   kubectl apply -k test/e2e/install/snapshot-controller
-#                                         the cluster's VolumeSnapshot CRDs and snapshot-controller
+#                                         the cluster's VolumeSnapshot and VolumeGroupSnapshot
+#                                         CRDs and snapshot-controller
 #                                         (a distribution's part, not pav's); skipped with
 #                                         PAV_SNAPSHOT_CONTROLLER=0 (make demo: hello-world has
 #                                         no snapshots, and its image is not built)
@@ -48,7 +49,10 @@ if [ "$snapshots" != 0 ]; then
   log "kubectl apply -k test/e2e/install/snapshot-controller"
   k apply -k "$ROOT/test/e2e/install/snapshot-controller" >/dev/null
   k wait --for condition=established --timeout=60s crd/volumesnapshotclasses.snapshot.storage.k8s.io \
-    crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshots.snapshot.storage.k8s.io >/dev/null
+    crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshots.snapshot.storage.k8s.io \
+    crd/volumegroupsnapshotclasses.groupsnapshot.storage.k8s.io \
+    crd/volumegroupsnapshotcontents.groupsnapshot.storage.k8s.io \
+    crd/volumegroupsnapshots.groupsnapshot.storage.k8s.io >/dev/null
   # Onto a freshly built image (same tag); waited for below, with the manager.
   k -n kube-system rollout restart deployment/snapshot-controller >/dev/null
 fi

@@ -119,3 +119,33 @@ func TestVolumeExpansionCapability(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupControllerCapability: GROUP_CONTROLLER_SERVICE with
+// spec.groupSnapshotCreation, and only where the Controller service is.
+func TestGroupControllerCapability(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		features   phase.Features
+		controller bool
+		want       bool
+	}{
+		{name: "group snapshots", features: phase.Features{Snapshots: true, GroupSnapshots: true}, controller: true, want: true},
+		{name: "snapshots only", features: phase.Features{Snapshots: true}, controller: true},
+		{name: "node plugin", features: phase.Features{Snapshots: true, GroupSnapshots: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{Name: "x", Controller: tc.controller, Features: func() (phase.Features, error) { return tc.features, nil }}
+			caps, err := s.GetPluginCapabilities(context.Background(), &csi.GetPluginCapabilitiesRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := false
+			for _, c := range caps.Capabilities {
+				got = got || c.GetService().GetType() == csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE
+			}
+			if got != tc.want {
+				t.Fatalf("capabilities %v: GROUP_CONTROLLER_SERVICE %v, want %v", caps.Capabilities, got, tc.want)
+			}
+		})
+	}
+}

@@ -81,6 +81,8 @@ spec:
     podTemplate:
       spec:
         containers: [{name: delete, image: busybox, command: [rm, -rf, "/backend/snapshots/{{ handle | tobash }}"]}]
+  # The GroupController service (csi-sanity's GroupController specs); members by their own pods.
+  groupSnapshotCreation: {}
   volumeStaging:
     podTemplate:
       spec:
@@ -189,7 +191,8 @@ func Run(t *testing.T, accessType string) {
 	}
 	// And every record: each volume and snapshot csi-sanity created it also
 	// deleted.
-	for _, gvr := range []schema.GroupVersionResource{v1alpha1.VolumeGroupVersionResource, v1alpha1.SnapshotGroupVersionResource} {
+	for _, gvr := range []schema.GroupVersionResource{v1alpha1.VolumeGroupVersionResource, v1alpha1.SnapshotGroupVersionResource,
+		v1alpha1.GroupSnapshotGroupVersionResource} {
 		if objs, err := records.Resource(gvr).List(context.Background(), metav1.ListOptions{}); err != nil {
 			t.Error(err)
 		} else {

@@ -61,6 +61,14 @@ type PavSnapshotSpec struct {
 	VolumeSnapshotContent string `json:"volumeSnapshotContent,omitempty"`
 	// Volume is the source volume as the snapshot's contexts see it.
 	Volume SnapshotSourceVolume `json:"volume"`
+	// GroupSnapshotName is the CSI name of the group snapshot (its
+	// PavGroupSnapshot) the snapshot was made as a member of, and
+	// GroupSnapshotHandle the group's handle (the CSI group_snapshot_id that
+	// ListSnapshots and GetSnapshot report); both empty for a snapshot of its
+	// own. (An older pav ignores them: it has no group snapshots, and takes a
+	// member for a snapshot of its own.)
+	GroupSnapshotName   string `json:"groupSnapshotName,omitempty"`
+	GroupSnapshotHandle string `json:"groupSnapshotHandle,omitempty"`
 	// FormatVersion is the version of the record's format, as PavVolume's
 	// (records.SnapshotFormat when pav writes it; 0: written before records
 	// had one).

@@ -251,8 +251,12 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		if err := snaps.Start(ctx); err != nil {
 			return nil, nil, err
 		}
-		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, Client: d.Client,
-			Recorder: d.Recorder, Background: ctx, Self: d.Self}
+		groups := records.NewGroupSnapshots(d.Dynamic, name)
+		if err := groups.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, GroupSnapshots: groups,
+			Client: d.Client, Recorder: d.Recorder, Background: ctx, Self: d.Self}
 		if d.Client != nil {
 			// Before serving: no operation meets a volume of v0.2.0's
 			// without its record, and no new volume takes its handle.
@@ -362,6 +366,9 @@ func NewGRPCServer(s *Services, mm metrics.CSIMetricsManager) *grpc.Server {
 	csi.RegisterIdentityServer(srv, s.Identity)
 	if s.Controller != nil {
 		csi.RegisterControllerServer(srv, s.Controller)
+		// Always served: its capabilities follow the spec
+		// (GroupControllerGetCapabilities), as the plugin capability does.
+		csi.RegisterGroupControllerServer(srv, s.Controller)
 	}
 	if s.Node != nil {
 		csi.RegisterNodeServer(srv, s.Node)

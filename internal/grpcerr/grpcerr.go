@@ -135,9 +135,10 @@ var Table = []Rule{
 		Why:   "non-final: the caller gave up waiting; its retry adopts the same pod",
 	},
 	{
-		Name: "the driver is stopping or not ready (podrunner.ErrStopped, podrunner.ErrNotStarted, records.ErrNotStarted)",
+		Name: "the driver is stopping or not ready (podrunner.ErrStopped, podrunner.ErrNotStarted, records.ErrNotStarted and the snapshot and group snapshot stores')",
 		Match: func(err error) bool {
-			return errors.Is(err, podrunner.ErrStopped) || errors.Is(err, podrunner.ErrNotStarted) || errors.Is(err, records.ErrNotStarted)
+			return errors.Is(err, podrunner.ErrStopped) || errors.Is(err, podrunner.ErrNotStarted) || errors.Is(err, records.ErrNotStarted) ||
+				errors.Is(err, records.ErrSnapshotsNotStarted) || errors.Is(err, records.ErrGroupSnapshotsNotStarted)
 		},
 		Code: codes.Unavailable,
 		Why:  "non-final: a restarted or synced driver picks the operation up where it was",

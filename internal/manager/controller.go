@@ -133,8 +133,17 @@ func New(cfg Config) (*Controller, error) {
 	if err := snapInf.SetTransform(slim); err != nil {
 		return nil, err
 	}
+	// And of group snapshots (PavGroupSnapshots): the group's own pods and
+	// its members' deletion are the driver's (its members are PavSnapshots,
+	// guarded above, but the group's record outlives them by a moment, and a
+	// failed group being undone may have none left).
+	groupInf := kube.NewInformer(cfg.Dynamic, cfg.Dynamic.Resource(v1alpha1.GroupSnapshotGroupVersionResource), &unstructured.Unstructured{},
+		0, nil, cache.Indexers{indexByProvisioner: recordByProvisioner})
+	if err := groupInf.SetTransform(slim); err != nil {
+		return nil, err
+	}
 	c.guards = []guard{pvGuard(c.pvs), podGuard(c.pods), recordGuard(v1alpha1.VolumeKind, c.records),
-		recordGuard(v1alpha1.SnapshotKind, snapInf.GetIndexer())}
+		recordGuard(v1alpha1.SnapshotKind, snapInf.GetIndexer()), recordGuard(v1alpha1.GroupSnapshotKind, groupInf.GetIndexer())}
 
 	// What each informer's events mean to a provisioner (see routing):
 	// its own objects and workloads concern it always; a PV's arrival or
@@ -154,6 +163,7 @@ func New(cfg Config) (*Controller, error) {
 		{podInf, podKeys, guarding},
 		{volInf, func(o any) []string { k, _ := recordByProvisioner(o); return k }, guarding},
 		{snapInf, func(o any) []string { k, _ := recordByProvisioner(o); return k }, guarding},
+		{groupInf, func(o any) []string { k, _ := recordByProvisioner(o); return k }, guarding},
 	} {
 		keys, route := h.keys, h.route
 		enqueue := func(o any, arrivalOrDeparture bool) {

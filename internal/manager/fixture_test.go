@@ -54,7 +54,7 @@ func newFixture(t *testing.T, s Settings, objs ...runtime.Object) *fixture {
 	f := &fixture{t: t, ctx: ctx, kube: kubefake.NewClientset(objs...),
 		dyn: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 			map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "PavProvisionerList", v1alpha1.VolumeGroupVersionResource: "PavVolumeList",
-				v1alpha1.SnapshotGroupVersionResource: "PavSnapshotList"}),
+				v1alpha1.SnapshotGroupVersionResource: "PavSnapshotList", v1alpha1.GroupSnapshotGroupVersionResource: "PavGroupSnapshotList"}),
 		events: record.NewFakeRecorder(100)}
 	f.dyn.PrependReactor("patch", v1alpha1.Resource, applyAsMergePatch(f.dyn.Tracker()))
 	f.restart(s) // the first manager
@@ -487,16 +487,27 @@ func k8stestingTombstone(o any) any { return cache.DeletedFinalStateUnknown{Key:
 // lists it).
 func (f *fixture) snapshot(name, provisioner string) {
 	f.t.Helper()
+	f.snapshotRecord(v1alpha1.SnapshotGroupVersionResource, v1alpha1.SnapshotKind, name, provisioner)
+}
+
+// groupSnapshot is snapshot for a PavGroupSnapshot.
+func (f *fixture) groupSnapshot(name, provisioner string) {
+	f.t.Helper()
+	f.snapshotRecord(v1alpha1.GroupSnapshotGroupVersionResource, v1alpha1.GroupSnapshotKind, name, provisioner)
+}
+
+func (f *fixture) snapshotRecord(gvr schema.GroupVersionResource, kind, name, provisioner string) {
+	f.t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.SnapshotKind,
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": kind,
 		"metadata": map[string]any{"name": name, "labels": map[string]any{v1alpha1.LabelVolumeProvisioner: provisioner}},
 		"spec":     map[string]any{"provisioner": provisioner, "snapshotName": name},
 		"status":   map[string]any{"phase": string(v1alpha1.SnapshotCreated)},
 	}}
-	if _, err := f.dyn.Resource(v1alpha1.SnapshotGroupVersionResource).Create(f.ctx, u, metav1.CreateOptions{}); err != nil {
+	if _, err := f.dyn.Resource(gvr).Create(f.ctx, u, metav1.CreateOptions{}); err != nil {
 		f.t.Fatal(err)
 	}
-	want := fmt.Sprintf("%s %s (", v1alpha1.SnapshotKind, name)
+	want := fmt.Sprintf("%s %s (", kind, name)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		b, err := f.c.blockers(provisioner)
@@ -509,7 +520,7 @@ func (f *fixture) snapshot(name, provisioner string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("PavSnapshot %s not in the manager's cache", name)
+			f.t.Fatalf("%s %s not in the manager's cache", kind, name)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -25,6 +25,8 @@ import (
 //     reverted or deleted, or one whose PV is gone before DeleteVolume ran;
 //   - a snapshot record (PavSnapshot) of the provisioner: only its driver can
 //     delete the snapshot (which outlives its volume);
+//   - a group snapshot record (PavGroupSnapshot) of the provisioner: only its
+//     driver can delete the group (its pods, its members' snapshots);
 //   - one of pav's pods of the provisioner that has not finished, and every
 //     staging pod: a staging pod stays until its volume is unstaged, so it is how
 //     the manager knows a volume (static ones too) is still staged on a node, and
@@ -110,8 +112,8 @@ func podGuard(pods cache.Indexer) guard {
 	}
 }
 
-// recordByProvisioner indexes PavVolumes and PavSnapshots (unstructured, from the dynamic
-// informer) by their provisioner label.
+// recordByProvisioner indexes PavVolumes, PavSnapshots and PavGroupSnapshots
+// (unstructured, from the dynamic informer) by their provisioner label.
 func recordByProvisioner(obj any) ([]string, error) {
 	if m, ok := object(obj); ok && m.GetLabels()[v1alpha1.LabelVolumeProvisioner] != "" {
 		return []string{m.GetLabels()[v1alpha1.LabelVolumeProvisioner]}, nil
@@ -119,7 +121,8 @@ func recordByProvisioner(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// recordGuard: the provisioner's records of one kind (PavVolume, PavSnapshot).
+// recordGuard: the provisioner's records of one kind (PavVolume, PavSnapshot,
+// PavGroupSnapshot).
 func recordGuard(kind string, records cache.Indexer) guard {
 	return func(provisioner string) ([]string, error) {
 		objs, err := records.ByIndex(indexByProvisioner, provisioner)

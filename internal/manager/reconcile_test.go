@@ -366,6 +366,7 @@ func TestDeletionGuard(t *testing.T) {
 		objs    []runtime.Object
 		records map[string]string // PavVolumes: name -> provisioner
 		snaps   map[string]string // PavSnapshots: name -> provisioner
+		groups  map[string]string // PavGroupSnapshots: name -> provisioner
 		blocked []string          // substrings of the Terminating message; none: not blocked
 	}{
 		{name: "nothing"},
@@ -383,6 +384,8 @@ func TestDeletionGuard(t *testing.T) {
 		{name: "another provisioner's volume record", records: map[string]string{"pvc-1": "p2"}},
 		{name: "snapshot record (it outlives its volume)", snaps: map[string]string{"snapshot-1": "p1"}, blocked: []string{"PavSnapshot snapshot-1 (Created)"}},
 		{name: "another provisioner's snapshot record", snaps: map[string]string{"snapshot-1": "p2"}},
+		{name: "group snapshot record (its members may be gone)", groups: map[string]string{"groupsnapshot-1": "p1"}, blocked: []string{"PavGroupSnapshot groupsnapshot-1 (Created)"}},
+		{name: "another provisioner's group snapshot record", groups: map[string]string{"groupsnapshot-1": "p2"}},
 		{name: "another provisioner's pod", objs: []runtime.Object{pavPod("s1", "p2", "staging", corev1.PodRunning)}},
 		{name: "many", objs: []runtime.Object{
 			dynamicPV("pv-1", "p1", corev1.VolumeBound), dynamicPV("pv-2", "p1", corev1.VolumeBound), dynamicPV("pv-3", "p1", corev1.VolumeBound),
@@ -396,6 +399,9 @@ func TestDeletionGuard(t *testing.T) {
 			}
 			for name, p := range tc.snaps {
 				f.snapshot(name, p)
+			}
+			for name, p := range tc.groups {
+				f.groupSnapshot(name, p)
 			}
 			f.create(provisioner("p1", "uid-1", 1))
 			mustReconcile(t, f, "p1")

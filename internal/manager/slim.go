@@ -17,14 +17,15 @@ import (
 //     and the phase, for the deletion guard and status.volumes (slimPV);
 //   - pav's operation and staging pods (label selector): name, labels, node,
 //     phase and deletion, for the deletion guard (slimPod);
-//   - PavVolumes and PavSnapshots: name, labels and phase (slimRecord);
+//   - PavVolumes, PavSnapshots and PavGroupSnapshots: name, labels and phase
+//     (slimRecord);
 //   - PavProvisioners: whole; CSIDrivers, and the StatefulSets and DaemonSets in
 //     the manager's namespace: without their managedFields (few; the manager
 //     compares them with what it applies by value, see drift.go).
 //
 // The drivers keep their own, narrower informers (podrunner: the pods of one
-// provisioner, or of one node; records: one provisioner's PavVolumes and
-// PavSnapshots), none of them cluster-wide.
+// provisioner, or of one node; records: one provisioner's PavVolumes,
+// PavSnapshots and PavGroupSnapshots), none of them cluster-wide.
 
 // slimPV keeps what pvGuard, pvByDriver and the status read of a PV.
 func slimPV(pv *corev1.PersistentVolume) *corev1.PersistentVolume {
@@ -61,7 +62,8 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 }
 
 // slimRecord keeps what recordGuard and recordByProvisioner read of a
-// PavVolume or PavSnapshot: not its claim snapshot, pod tokens or context.
+// PavVolume, PavSnapshot or PavGroupSnapshot: not its claim snapshot, pod
+// tokens or context.
 func slimRecord(u *unstructured.Unstructured) *unstructured.Unstructured {
 	out := &unstructured.Unstructured{Object: map[string]any{}}
 	out.SetAPIVersion(u.GetAPIVersion())

@@ -53,6 +53,9 @@ const (
 	// volume it can make now (GetCapacity's maximum_volume_size), beside
 	// the free bytes in FileCapacity.
 	FileMaximumVolumeSize = "maximumVolumeSize"
+	// FileSnapshots is where a groupSnapshotCreation pod says each member's
+	// handle and size (YAML or JSON).
+	FileSnapshots = "snapshots"
 	// FileReady is not reported: for KeepRunning pods it is probed (see Run).
 	FileReady = "ready"
 	// FileExit is where pav-report --exec --exit-file, wrapping the command
@@ -64,9 +67,9 @@ const (
 
 // Files are the files carried in the report. When the report is too large,
 // error is truncated first (its tail is kept), then whole files are dropped,
-// never cut (a cut handle, size or topology would be silently wrong), in
-// the order of encodeReport.
-var Files = []string{FileHandle, FileCapacity, FileMaximumVolumeSize, FileTopology, FileError}
+// never cut (a cut handle, size, topology or member list would be silently
+// wrong), in the order of encodeReport.
+var Files = []string{FileHandle, FileCapacity, FileMaximumVolumeSize, FileTopology, FileSnapshots, FileError}
 
 // reportProblemKey is an extra report entry saying what could not be reported;
 // Parse turns it into an error.
@@ -266,7 +269,7 @@ func readReportFile(path string, max int, tail bool) (string, error) {
 
 // encodeReport marshals files (plus problems) in at most max bytes: first by
 // keeping only the tail of error, then by dropping whole files (error,
-// topology, maximumVolumeSize, capacity, handle), saying so in reportProblemKey.
+// snapshots, topology, maximumVolumeSize, capacity, handle), saying so in reportProblemKey.
 func encodeReport(files map[string]string, problems []string, max int) string {
 	m := map[string]string{}
 	for k, v := range files {
@@ -299,7 +302,7 @@ func encodeReport(files map[string]string, problems []string, max int) string {
 			return b
 		}
 	}
-	for _, name := range []string{FileError, FileTopology, FileMaximumVolumeSize, FileCapacity, FileHandle} {
+	for _, name := range []string{FileError, FileSnapshots, FileTopology, FileMaximumVolumeSize, FileCapacity, FileHandle} {
 		v, ok := m[name]
 		if !ok {
 			continue

@@ -87,6 +87,18 @@ func TestReportRoundTrip(t *testing.T) {
 				}
 			},
 			parseErr: "/pav/maximumVolumeSize (5000 bytes) is too large"},
+		{name: "group snapshots", budget: 4096,
+			files: map[string]string{"snapshots": "pvc-1.node-a: {handle: g-0.node-a, capacity: 1Mi}\n", "handle": "g"},
+			want:  map[string]string{"snapshots": "pvc-1.node-a: {handle: g-0.node-a, capacity: 1Mi}\n", "handle": "g"}},
+		{name: "huge snapshots dropped before topology, capacity and handle", budget: 4096,
+			files: map[string]string{"handle": "h", "topology": "t", "snapshots": strings.Repeat("s", 5000)},
+			check: func(t *testing.T, got map[string]string) {
+				assertNo(t, got, "snapshots")
+				if got["handle"] != "h" || got["topology"] != "t" {
+					t.Errorf("handle or topology lost: %v", got)
+				}
+			},
+			parseErr: "/pav/snapshots (5000 bytes) is too large"},
 		{name: "tiny budget", budget: 40,
 			files:    map[string]string{"handle": strings.Repeat("h", 30), "error": "e"},
 			check:    func(t *testing.T, got map[string]string) { assertNo(t, got, "handle") },

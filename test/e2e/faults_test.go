@@ -247,6 +247,10 @@ func TestForgedRecordRefused(t *testing.T) {
 			_, err := dyns.Resource(v1alpha1.VolumeGroupVersionResource).Create(e.ctx, u, metav1.CreateOptions{})
 			return err
 		}()},
+		{"list PavGroupSnapshots", func() error {
+			_, err := dyns.Resource(v1alpha1.GroupSnapshotGroupVersionResource).List(e.ctx, metav1.ListOptions{})
+			return err
+		}()},
 		{"list pods in pav's namespace", func() error {
 			_, err := kube.CoreV1().Pods("pav").List(e.ctx, metav1.ListOptions{})
 			return err
@@ -309,6 +313,10 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-node", "", "persistentvolumes", "get", true},
 		{"pav-controller", pav, "pavvolumes", "update", true},
 		{"pav-controller", "", "persistentvolumeclaims", "patch", false},
+		{"pav-node", pav, "pavgroupsnapshots", "get", false},
+		{"pav-controller", pav, "pavgroupsnapshots", "update", true},
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents/status", "patch", true},
+		{"pav-controller", "groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "delete", false},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               "system:serviceaccount:pav:" + tc.sa,

@@ -348,7 +348,7 @@ func TestUpgrade(t *testing.T) {
 	upgradeStart := time.Now()
 	kubectl(t, "apply", "-k", repo+"/test/e2e/install")
 	kubectl(t, "wait", "--for", "condition=established", "--timeout=60s", "crd/pavprovisioners.pav.albertofaria.github.io",
-		"crd/pavvolumes.pav.albertofaria.github.io", "crd/pavsnapshots.pav.albertofaria.github.io")
+		"crd/pavvolumes.pav.albertofaria.github.io", "crd/pavsnapshots.pav.albertofaria.github.io", "crd/pavgroupsnapshots.pav.albertofaria.github.io")
 	kubectl(t, "-n", "pav", "rollout", "status", "deployment/pav-manager", "--timeout=180s")
 	waitDriversOn(t, "pav.local/pav:dev")
 	t.Logf("upgrade applied and rolled out in %v", time.Since(upgradeStart).Round(100*time.Millisecond))

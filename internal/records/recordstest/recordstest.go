@@ -25,9 +25,10 @@ import (
 // ListKinds are the list kinds the fake dynamic client must know for pav's
 // resources (PavProvisioner and PavVolume).
 var ListKinds = map[schema.GroupVersionResource]string{
-	v1alpha1.GroupVersionResource:         v1alpha1.Kind + "List",
-	v1alpha1.VolumeGroupVersionResource:   v1alpha1.VolumeKind + "List",
-	v1alpha1.SnapshotGroupVersionResource: v1alpha1.SnapshotKind + "List",
+	v1alpha1.GroupVersionResource:              v1alpha1.Kind + "List",
+	v1alpha1.VolumeGroupVersionResource:        v1alpha1.VolumeKind + "List",
+	v1alpha1.SnapshotGroupVersionResource:      v1alpha1.SnapshotKind + "List",
+	v1alpha1.GroupSnapshotGroupVersionResource: v1alpha1.GroupSnapshotKind + "List",
 }
 
 // NewClient returns a fake dynamic client holding objects (unstructured),
@@ -38,7 +39,7 @@ func NewClient(objects ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return c
 }
 
-// Install adds the PavVolume and PavSnapshot write semantics to an existing fake client.
+// Install adds the PavVolume, PavSnapshot and PavGroupSnapshot write semantics to an existing fake client.
 func Install(c *dynamicfake.FakeDynamicClient) {
 	var mu sync.Mutex
 	rv := int64(1000)
@@ -48,7 +49,7 @@ func Install(c *dynamicfake.FakeDynamicClient) {
 		rv++
 		return strconv.FormatInt(rv, 10)
 	}
-	for _, gvr := range []schema.GroupVersionResource{v1alpha1.VolumeGroupVersionResource, v1alpha1.SnapshotGroupVersionResource} {
+	for _, gvr := range []schema.GroupVersionResource{v1alpha1.VolumeGroupVersionResource, v1alpha1.SnapshotGroupVersionResource, v1alpha1.GroupSnapshotGroupVersionResource} {
 		install(c, gvr, next)
 	}
 }
