@@ -113,6 +113,9 @@ type Server struct {
 
 	busy inflight.Set
 
+	// metadata: the listings of snapshots' blocks (snapshot_metadata.go).
+	metadata metadataState
+
 	// legacyRefused: the handles of volumes v0.2.0 created that pav did not
 	// adopt, and why (adopt.go).
 	legacyMu      sync.Mutex

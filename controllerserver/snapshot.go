@@ -564,6 +564,10 @@ func (s *Server) deleteSnapshot(ctx context.Context, handle string) error {
 	if err := j.deleteBackend(ctx); err != nil {
 		return err
 	}
+	// Listings of its blocks under way would outlive the record otherwise.
+	if err := s.removeMetadataPods(ctx, p.Name, j.v); err != nil {
+		return err
+	}
 	if err := s.Snapshots.Delete(ctx, j.v); err != nil {
 		return err
 	}

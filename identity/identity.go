@@ -44,7 +44,8 @@ func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 }
 
 // GetPluginCapabilities advertises the Controller service (when this process
-// serves it) and VolumeExpansion (ONLINE or OFFLINE, from
+// serves it), the SnapshotMetadata service (the controller plugin, with
+// spec.snapshotMetadata) and VolumeExpansion (ONLINE or OFFLINE, from
 // spec.volumeExpansion.online) when the spec has volumeExpansion.
 func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
@@ -66,6 +67,13 @@ func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 			// and puts the volume's accessible topology on the PV.
 			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 				Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
+			}})
+		}
+		if f.SnapshotMetadata && s.Controller {
+			// The external-snapshot-metadata sidecar, in the controller
+			// pod, requires it; the node plugin serves no such service.
+			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
+				Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_SNAPSHOT_METADATA_SERVICE},
 			}})
 		}
 		if f.Expansion {
