@@ -90,6 +90,6 @@ func (c managerClientset) Services(ns string) managerapi.Applied[*corev1.Service
 	return c.c.CoreV1().Services(ns)
 }
 
-func (c managerClientset) Secrets(ns string) managerapi.Applied[*corev1.Secret, *corev1.SecretList] {
+func (c managerClientset) Secrets(ns string) managerapi.Readable[*corev1.Secret, *corev1.SecretList] {
 	return c.c.CoreV1().Secrets(ns)
 }

@@ -39,7 +39,14 @@ type Interface interface {
 	// Services and Secrets: a provisioner's csi-snapshot-metadata sidecar's
 	// Service and TLS Secret (spec.snapshotMetadata).
 	Services(namespace string) Applied[*corev1.Service, *corev1.ServiceList]
-	Secrets(namespace string) Applied[*corev1.Secret, *corev1.SecretList]
+	Secrets(namespace string) Readable[*corev1.Secret, *corev1.SecretList]
+}
+
+// Readable is Applied that also reads one object by name (the manager reads
+// a Secret its cache does not hold yet before it makes a new one).
+type Readable[T runtime.Object, L runtime.Object] interface {
+	Applied[T, L]
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
 }
 
 // Applied is the methods of the typed client of a resource the manager
@@ -96,7 +103,7 @@ func (c *client) Services(namespace string) Applied[*corev1.Service, *corev1.Ser
 		func() *corev1.ServiceList { return &corev1.ServiceList{} })
 }
 
-func (c *client) Secrets(namespace string) Applied[*corev1.Secret, *corev1.SecretList] {
+func (c *client) Secrets(namespace string) Readable[*corev1.Secret, *corev1.SecretList] {
 	return kube.Typed(c.core, parameterCodec, "secrets", namespace,
 		func() *corev1.Secret { return &corev1.Secret{} },
 		func() *corev1.SecretList { return &corev1.SecretList{} })
