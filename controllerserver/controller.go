@@ -136,6 +136,8 @@ type Server struct {
 	capacity     *capacityReporter
 	// capacityInterval, if set, replaces refreshInterval (tests).
 	capacityInterval time.Duration
+	// metadata: the listings of snapshots' blocks (snapshot_metadata.go).
+	metadata metadataState
 
 	// legacyRefused: the handles of volumes v0.2.0 created that pav did not
 	// adopt, and why (adopt.go).

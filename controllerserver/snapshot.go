@@ -591,6 +591,10 @@ func (s *Server) deleteSnapshotRecord(ctx context.Context, p *v1alpha1.PavProvis
 	if err := j.deleteBackend(ctx); err != nil {
 		return err
 	}
+	// Listings of its blocks under way would outlive the record otherwise.
+	if err := s.removeMetadataPods(ctx, p.Name, j.v); err != nil {
+		return err
+	}
 	if err := s.Snapshots.Delete(ctx, j.v); err != nil {
 		return err
 	}

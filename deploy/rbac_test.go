@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// rbac is deploy/base/rbac.yaml: roles by name, and which ServiceAccount each
-// binding gives which role.
+// rbac is deploy/base/rbac.yaml (and others): roles by name (Roles as
+// "Role/NAME"), and which ServiceAccount each binding gives which role.
 type rbac struct {
 	roles    map[string][]rbacv1.PolicyRule
 	bindings map[string][]string // ServiceAccount → role names
@@ -20,11 +20,24 @@ type rbac struct {
 
 func loadRBAC(t *testing.T) *rbac {
 	t.Helper()
-	b, err := os.ReadFile("base/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	return loadRBACFiles(t, "base/rbac.yaml")
+}
+
+func loadRBACFiles(t *testing.T, files ...string) *rbac {
+	t.Helper()
 	r := &rbac{roles: map[string][]rbacv1.PolicyRule{}, bindings: map[string][]string{}}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.add(t, b)
+	}
+	return r
+}
+
+func (r *rbac) add(t *testing.T, b []byte) {
+	t.Helper()
 	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
@@ -36,18 +49,25 @@ func loadRBAC(t *testing.T) *rbac {
 			if err := yaml.UnmarshalStrict(doc, &role); err != nil {
 				t.Fatal(err)
 			}
-			r.roles[role.Name] = role.Rules
+			key := role.Name
+			if tm.Kind == "Role" {
+				key = "Role/" + key // a Role and a ClusterRole may share a name
+			}
+			r.roles[key] = role.Rules
 		case "ClusterRoleBinding", "RoleBinding":
 			var rb rbacv1.ClusterRoleBinding
 			if err := yaml.UnmarshalStrict(doc, &rb); err != nil {
 				t.Fatal(err)
 			}
 			for _, s := range rb.Subjects {
-				r.bindings[s.Name] = append(r.bindings[s.Name], rb.RoleRef.Name)
+				ref := rb.RoleRef.Name
+				if rb.RoleRef.Kind == "Role" {
+					ref = "Role/" + ref
+				}
+				r.bindings[s.Name] = append(r.bindings[s.Name], ref)
 			}
 		}
 	}
-	return r
 }
 
 // can reports whether a ServiceAccount's roles allow verb on group/resource.
@@ -171,6 +191,18 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-node", "", "persistentvolumes", "delete", false},
 		{"pav-node", "", "nodes", "patch", false},
 		{"pav-node", "", "secrets", "get", false},
+		// external-snapshot-metadata authenticates and authorizes backup
+		// applications and reads what turns a VolumeSnapshot into a handle;
+		// it never writes a snapshot, reads no Secret (pav passes no CSI
+		// secrets) and no SnapshotMetadataService (it is given --audience).
+		{"pav-controller", "authentication.k8s.io", "tokenreviews", "create", true},
+		{"pav-controller", "authorization.k8s.io", "subjectaccessreviews", "create", true},
+		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotclasses", "list", true},
+		{"pav-controller", "", "secrets", "get", false},
+		{"pav-controller", "", "secrets", "list", false},
+		{"pav-controller", "cbt.storage.k8s.io", "snapshotmetadataservices", "get", false},
+		{"pav-controller", "cbt.storage.k8s.io", "snapshotmetadataservices", "create", false},
+		{"pav-controller", "authentication.k8s.io", "tokenreviews", "get", false},
 	} {
 		if got := r.can(tc.sa, tc.group, tc.resource, tc.verb); got != tc.want {
 			t.Errorf("%s may %s %s.%s: %v, want %v", tc.sa, tc.verb, tc.resource, tc.group, got, tc.want)
@@ -199,6 +231,40 @@ func TestLeastPrivilege(t *testing.T) {
 			if slices.Contains(rule.Verbs, "*") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") {
 				t.Errorf("role %s has a wildcard rule %+v", name, rule)
 			}
+		}
+	}
+}
+
+// The manager makes each provisioner's snapshot metadata objects: Services and
+// Secrets in pav's namespace (a Role, with a watch it narrows by label), the
+// SnapshotMetadataService by name (never listed: its CRD may be absent).
+func TestManagerPrivileges(t *testing.T) {
+	r := loadRBACFiles(t, "manager/rbac.yaml")
+	for _, tc := range []struct {
+		group, resource, verb string
+		want                  bool
+	}{
+		{"", "services", "create", true},
+		{"", "services", "patch", true},
+		{"", "services", "delete", true},
+		{"", "secrets", "watch", true},
+		{"", "secrets", "patch", true},
+		{"", "secrets", "update", false},
+		{"cbt.storage.k8s.io", "snapshotmetadataservices", "get", true},
+		{"cbt.storage.k8s.io", "snapshotmetadataservices", "patch", true},
+		{"cbt.storage.k8s.io", "snapshotmetadataservices", "delete", true},
+		{"cbt.storage.k8s.io", "snapshotmetadataservices", "list", false},
+		{"cbt.storage.k8s.io", "snapshotmetadataservices", "watch", false},
+		{"authentication.k8s.io", "tokenreviews", "create", false},
+	} {
+		if got := r.can("pav-manager", tc.group, tc.resource, tc.verb); got != tc.want {
+			t.Errorf("pav-manager may %s %s.%s: %v, want %v", tc.verb, tc.resource, tc.group, got, tc.want)
+		}
+	}
+	// Secrets and Services only in pav's namespace (a Role, not the ClusterRole).
+	for _, rule := range r.roles["pav-manager"] {
+		if slices.Contains(rule.APIGroups, "") && (slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "services")) {
+			t.Errorf("a cluster-wide rule of pav-manager has %v", rule.Resources)
 		}
 	}
 }

@@ -5,9 +5,11 @@
 # Usage: hack/install-local.sh [PROVISIONER.yaml...]
 #
 #   kubectl apply -k test/e2e/install/snapshot-controller
+#   kubectl apply -k test/e2e/install/snapshot-metadata
 #                                         the cluster's VolumeSnapshot and VolumeGroupSnapshot
-#                                         CRDs and snapshot-controller
-#                                         (a distribution's part, not pav's); skipped with
+#                                         CRDs and snapshot-controller, and the
+#                                         SnapshotMetadataService CRD (changed block tracking;
+#                                         a distribution's part, not pav's); skipped with
 #                                         PAV_SNAPSHOT_CONTROLLER=0 (make demo: hello-world has
 #                                         no snapshots, and its image is not built)
 #   kubectl apply -k test/e2e/install     deploy/ with the local images (the only change)
@@ -55,6 +57,9 @@ if [ "$snapshots" != 0 ]; then
     crd/volumegroupsnapshots.groupsnapshot.storage.k8s.io >/dev/null
   # Onto a freshly built image (same tag); waited for below, with the manager.
   k -n kube-system rollout restart deployment/snapshot-controller >/dev/null
+  log "kubectl apply -k test/e2e/install/snapshot-metadata"
+  k apply -k "$ROOT/test/e2e/install/snapshot-metadata" >/dev/null
+  k wait --for condition=established --timeout=60s crd/snapshotmetadataservices.cbt.storage.k8s.io >/dev/null
 fi
 
 log "kubectl apply -k test/e2e/install"

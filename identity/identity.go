@@ -45,7 +45,8 @@ func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 
 // GetPluginCapabilities advertises the Controller service (when this process
 // serves it), the GroupController service (when it does and the spec has
-// groupSnapshotCreation) and VolumeExpansion (ONLINE or OFFLINE, from
+// groupSnapshotCreation), the SnapshotMetadata service (the controller plugin,
+// with spec.snapshotMetadata) and VolumeExpansion (ONLINE or OFFLINE, from
 // spec.volumeExpansion.online) when the spec has volumeExpansion.
 func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
@@ -74,6 +75,13 @@ func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 			// GroupController service (CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT).
 			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 				Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE},
+			}})
+		}
+		if f.SnapshotMetadata && s.Controller {
+			// The external-snapshot-metadata sidecar, in the controller
+			// pod, requires it; the node plugin serves no such service.
+			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
+				Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_SNAPSHOT_METADATA_SERVICE},
 			}})
 		}
 		if f.Expansion {

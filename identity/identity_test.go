@@ -149,3 +149,36 @@ func TestGroupControllerCapability(t *testing.T) {
 		})
 	}
 }
+
+// SNAPSHOT_METADATA_SERVICE: the controller plugin of a spec with
+// snapshotMetadata (the external-snapshot-metadata sidecar requires it); never
+// the node plugin.
+func TestSnapshotMetadataCapability(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		controller bool
+		features   phase.Features
+		want       bool
+	}{
+		{"controller with snapshotMetadata", true, phase.Features{Snapshots: true, SnapshotMetadata: true}, true},
+		{"controller without", true, phase.Features{Snapshots: true}, false},
+		{"node plugin", false, phase.Features{Snapshots: true, SnapshotMetadata: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{Name: "x", Controller: tc.controller, Features: func() (phase.Features, error) { return tc.features, nil }}
+			caps, err := s.GetPluginCapabilities(context.Background(), &csi.GetPluginCapabilitiesRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := false
+			for _, c := range caps.Capabilities {
+				if c.GetService().GetType() == csi.PluginCapability_Service_SNAPSHOT_METADATA_SERVICE {
+					got = true
+				}
+			}
+			if got != tc.want {
+				t.Errorf("SNAPSHOT_METADATA_SERVICE advertised: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

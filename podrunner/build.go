@@ -65,6 +65,11 @@ type Operation struct {
 	// published yet costs the kubelet a graceful deletion's round trip, which
 	// a caller that waits for the pod to go would wait for.
 	EndAtExit bool
+	// LogFiles are /pav files too large for a report (report.LogFiles:
+	// blocks), which pav-report prints to the reporting container's log once
+	// the command has ended; Run reads them from there into Result.Files
+	// (report.ReadLogFile). Controller-side pods only.
+	LogFiles []string
 
 	// Token is the pod's proof of origin: a fresh random value (NewToken) that
 	// the caller recorded where only pav can write BEFORE calling Run. The pod
@@ -139,6 +144,8 @@ func (op *Operation) validate() error {
 		return fmt.Errorf("%w: host path %q without a node", ErrInvalidOperation, op.HostPath)
 	case op.HostPath != "" && !path.IsAbs(op.HostPath):
 		return fmt.Errorf("%w: host path %q is not absolute", ErrInvalidOperation, op.HostPath)
+	case op.HostPath != "" && len(op.LogFiles) > 0:
+		return fmt.Errorf("%w: a node pod's /pav is read on the host; log files are for controller-side pods", ErrInvalidOperation)
 	}
 	return nil
 }
@@ -280,15 +287,24 @@ func BuildPod(op Operation, cfg PodConfig) (*corev1.Pod, error) {
 	switch {
 	case op.HostPath != "":
 		if cfg.Report == ReportExec && op.EndAtExit && wrappable(&op, &pod.Spec) {
-			wrap(&pod.Spec, reportImage, true)
+			wrap(&pod.Spec, reportImage, true, nil)
 		}
 	case cfg.Report == ReportExec && wrappable(&op, &pod.Spec):
-		wrap(&pod.Spec, reportImage, false)
+		wrap(&pod.Spec, reportImage, false, op.LogFiles)
 	default:
 		pod.Spec.InitContainers = append([]corev1.Container{reportSidecar(op, reportImage, reportBudget(&pod.Spec, 1))},
 			pod.Spec.InitContainers...)
 	}
 	return pod, nil
+}
+
+// logFileArgs are pav-report's flags for op's log files.
+func logFileArgs(files []string) []string {
+	var out []string
+	for _, f := range files {
+		out = append(out, "--log-file="+f)
+	}
+	return out
 }
 
 // wrappable: pav-report can run the pod's command and report when it ends.
@@ -324,14 +340,15 @@ func wrappable(op *Operation, spec *corev1.PodSpec) bool {
 // command (with its args) as its child and, when it ends, writes the report
 // as the container's termination message (report.Exec), or for a node pod
 // the command's exit code to /pav/.pav-exit (report.ExecNode).
-func wrap(spec *corev1.PodSpec, image string, node bool) {
+func wrap(spec *corev1.PodSpec, image string, node bool, logFiles []string) {
 	c := &spec.Containers[0]
 	if node {
 		c.Command = append([]string{ReportExecPath, "--exec", "--dir=" + MountPath,
 			"--exit-file=" + path.Join(MountPath, report.FileExit), "--"}, c.Command...)
 	} else {
-		c.Command = append([]string{ReportExecPath, "--exec", "--dir=" + MountPath,
-			"--max-bytes=" + strconv.Itoa(reportBudget(spec, 0)), "--"}, c.Command...)
+		args := append([]string{ReportExecPath, "--exec", "--dir=" + MountPath,
+			"--max-bytes=" + strconv.Itoa(reportBudget(spec, 0))}, logFileArgs(logFiles)...)
+		c.Command = append(append(args, "--"), c.Command...)
 		c.TerminationMessagePath = report.TerminationLog
 		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 	}
@@ -425,7 +442,7 @@ func reportSidecar(op Operation, image string, budget int) corev1.Container {
 	c := corev1.Container{
 		Name:          ReportContainer,
 		Image:         image,
-		Command:       []string{ReportCommand, "--dir=" + MountPath},
+		Command:       append([]string{ReportCommand, "--dir=" + MountPath}, logFileArgs(op.LogFiles)...),
 		RestartPolicy: &always,
 		Env: []corev1.EnvVar{
 			{Name: report.MaxBytesEnv, Value: strconv.Itoa(budget)},

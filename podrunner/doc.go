@@ -108,6 +108,15 @@
 // JSON in it by keeping the tail of error, and by dropping (never cutting) an
 // oversized handle or capacity, which report.Parse then reports as an error.
 //
+// A file too large for any termination message (a snapshotMetadata pod's
+// /pav/blocks, Operation.LogFiles) goes through the reporting container's log
+// instead: pav-report, once the command has ended, prints it between two
+// marker lines carrying a nonce it draws then, and the report carries the
+// nonce, size and SHA-256 of what it printed. Run reads the log (pods/log),
+// takes exactly those bytes and checks them (report.ReadLogFile); a copy the
+// log does not hold (the kubelet rotated it) fails the pod with
+// ReasonInvalidReport. Such a file is bounded by report.MaxLogFile (4 MiB).
+//
 // For KeepRunning pods on an emptyDir, the sidecar's readiness probe runs
 // `pav-report --check-ready`, so "/pav/ready exists" becomes a container-ready
 // watch event.

@@ -38,7 +38,8 @@ type Result struct {
 	Pod       string
 	Namespace string
 	UID       types.UID
-	// Files is what the pod left in /pav: "handle", "capacity", "topology", "error" (only those present).
+	// Files is what the pod left in /pav: "handle", "capacity", "topology",
+	// "error" and the Operation's LogFiles (only those present).
 	Files map[string]string
 	// Running: a KeepRunning operation whose pod signalled ready and is still running.
 	Running bool

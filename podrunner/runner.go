@@ -499,8 +499,55 @@ func (r *Runner) Run(ctx context.Context, op Operation) (res *Result, err error)
 		logger.Info("Pod failed", "reason", v.failure.Reason, "error", v.failure.Error())
 		return nil, v.failure
 	}
+	if len(op.LogFiles) > 0 {
+		if err := r.readLogFiles(ctx, &op, p, v.result); err != nil {
+			var f *PodFailure
+			if errors.As(err, &f) {
+				f.UID = p.UID
+				logger.Info("Pod failed", "reason", f.Reason, "error", f.Error())
+			}
+			return nil, err
+		}
+	}
 	logger.Info("Pod succeeded", "files", slices.Sorted(maps.Keys(v.result.Files)))
 	return v.result, nil
+}
+
+// readLogFiles replaces, in res.Files, the reference to each of op.LogFiles
+// that the report carries with the file itself, read from the reporting
+// container's log (report.ReadLogFile). A copy that is not in the log, or not
+// what the report says, fails the pod (ReasonInvalidReport: running it again
+// is the way out); an API error is returned as it is, and the retry reads the
+// log of the same pod again.
+func (r *Runner) readLogFiles(ctx context.Context, op *Operation, pod *corev1.Pod, res *Result) error {
+	container := ReportContainer
+	if name, ok := Wrapped(pod); ok {
+		container = name
+	}
+	for _, name := range op.LogFiles {
+		key := report.LogRefKey(name)
+		ref, ok := res.Files[key]
+		if !ok {
+			continue
+		}
+		delete(res.Files, key)
+		rc, err := r.cfg.Client.Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container}).Stream(ctx)
+		if err != nil {
+			return fmt.Errorf("reading /pav/%s from the log of container %q of %s pod %s/%s: %w", name, container, op.Phase, pod.Namespace, pod.Name, err)
+		}
+		content, err := report.ReadLogFile(rc, name, ref)
+		rc.Close()
+		if err != nil && !errors.Is(err, report.ErrLogFileInvalid) {
+			return fmt.Errorf("reading /pav/%s from the log of container %q of %s pod %s/%s: %w", name, container, op.Phase, pod.Namespace, pod.Name, err)
+		}
+		if err != nil {
+			f := newFailure(op, pod)
+			f.Reason, f.Message = ReasonInvalidReport, err.Error()
+			return f
+		}
+		res.Files[name] = content
+	}
+	return nil
 }
 
 // createOrAdopt creates the pod or adopts the operation's existing pod (see

@@ -1240,3 +1240,63 @@ func TestPodEventsAndCache(t *testing.T) {
 		}
 	}
 }
+
+// A pod's /pav/blocks, larger than any termination message, comes back
+// through its reporting container's log, in either report mode, the command's
+// own output around it; a copy the log does not hold fails the pod.
+func TestLogFiles(t *testing.T) {
+	blocks := strings.Repeat("1048576 4096\n", 20000) // 260 KB
+	for _, mode := range []podrunner.ReportMode{podrunner.ReportSidecar, podrunner.ReportExec} {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"blocks": blocks}, Logs: "listing\n"}),
+				envOpts{cfg: func(c *podrunner.Config) { c.Report = mode }})
+			op := creationOp("blocks-" + string(mode))
+			op.Phase = v1alpha1.PhaseSnapshotMetadata
+			op.LogFiles = []string{"blocks"}
+			if pod, err := e.runner.BuildPod(op); err != nil {
+				t.Fatal(err)
+			} else if got := reportedBy(t, e.runner, op); got != mode {
+				t.Fatalf("the pod %s reports by %s", pod.Name, got)
+			}
+			res, err := e.runner.Run(e.ctx, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Files["blocks"] != blocks {
+				t.Errorf("blocks: %d bytes, want %d", len(res.Files["blocks"]), len(blocks))
+			}
+			if _, ok := res.Files["log:blocks"]; ok {
+				t.Errorf("the reference is left in the files: %v", res.Files["log:blocks"])
+			}
+		})
+	}
+	t.Run("no file: nothing", func(t *testing.T) {
+		e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed}), envOpts{})
+		op := creationOp("no-blocks")
+		op.LogFiles = []string{"blocks"}
+		res, err := e.runner.Run(e.ctx, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := res.Files["blocks"]; ok {
+			t.Errorf("files %v", res.Files)
+		}
+	})
+	t.Run("too large: the pod fails", func(t *testing.T) {
+		e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"blocks": strings.Repeat("0 1\n", 1<<20+1)}}), envOpts{})
+		op := creationOp("big-blocks")
+		op.LogFiles = []string{"blocks"}
+		_, err := e.runner.Run(e.ctx, op)
+		f := mustFail(t, err)
+		if f.Reason != podrunner.ReasonInvalidReport || !strings.Contains(f.Message, "larger than the 4194304 bytes") {
+			t.Errorf("failure %+v", f)
+		}
+	})
+	t.Run("node pods read /pav on the host", func(t *testing.T) {
+		op := creationOp("node")
+		op.NodeName, op.HostPath, op.LogFiles = "n1", "/var/lib/x", []string{"blocks"}
+		if _, err := podrunner.BuildPod(op, podrunner.PodConfig{ReportImage: "x"}); err == nil || !errors.Is(err, podrunner.ErrInvalidOperation) {
+			t.Errorf("error %v", err)
+		}
+	})
+}

@@ -115,6 +115,35 @@ type PavSnapshotStatus struct {
 	// Pods are the pods pav ran or runs for the snapshot, recorded before
 	// each pod is asked for.
 	Pods []VolumePod `json:"pods,omitempty"`
+	// MetadataListings are the spec.snapshotMetadata pods under way for this
+	// snapshot (the target of GetMetadataDelta, or GetMetadataAllocated's
+	// snapshot), each recorded before its pod is asked for and removed once
+	// the pod is gone.
+	MetadataListings []MetadataListing `json:"metadataListings,omitempty"`
+}
+
+// MetadataListing is one spec.snapshotMetadata pod: the allocated blocks of
+// the snapshot (no base), or the blocks changed since a base snapshot.
+type MetadataListing struct {
+	// BaseHandle is the base snapshot's handle; empty: the allocated blocks.
+	BaseHandle string `json:"baseHandle,omitempty"`
+	// StartingOffset is where the pod was asked to list from (bytes).
+	StartingOffset int64 `json:"startingOffset"`
+	// Started is when the listing was recorded: a listing nobody asked for
+	// again within the result's lifetime is removed, with its pod.
+	Started metav1.Time `json:"started"`
+	// Pod is the listing's pod (phase snapshotmetadata).
+	Pod VolumePod `json:"pod"`
+}
+
+// MetadataListing returns the listing of a base handle ("": allocated), or nil.
+func (s *PavSnapshotStatus) MetadataListing(base string) *MetadataListing {
+	for i := range s.MetadataListings {
+		if s.MetadataListings[i].BaseHandle == base {
+			return &s.MetadataListings[i]
+		}
+	}
+	return nil
 }
 
 // Pod returns the last pod entry of a phase, or nil.

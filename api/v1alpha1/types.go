@@ -241,7 +241,8 @@ func (s *PavProvisionerSpec) HasMode(m ProvisioningMode) bool {
 type PavProvisionerStatus struct {
 	// ObservedGeneration is the generation the conditions describe.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: ConditionValid, ConditionReady, ConditionTerminating.
+	// Conditions: ConditionValid, ConditionReady, ConditionTerminating and,
+	// with spec.snapshotMetadata, ConditionSnapshotMetadata.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// Volumes counts the PersistentVolumes of this provisioner's CSI driver (a
 	// pointer so that 0 shows).
@@ -264,6 +265,11 @@ const (
 	// ConditionTerminating: the object is being deleted; the message says what the
 	// deletion waits for.
 	ConditionTerminating = "Terminating"
+	// ConditionSnapshotMetadata (only with spec.snapshotMetadata): backup
+	// applications can find the csi-snapshot-metadata sidecar through the
+	// SnapshotMetadataService object named after the driver; the message says
+	// where, or what is missing (the CRD, say).
+	ConditionSnapshotMetadata = "SnapshotMetadata"
 )
 
 // WhenNamespaceGone is spec.volumeDeletion.whenNamespaceGone (and the value of

@@ -3,7 +3,8 @@
 #
 # Usage: hack/images/build.sh [--import] [IMAGE...]        (make images)
 #   IMAGE is any of: pause busybox csi-provisioner csi-snapshotter snapshot-controller pav
-#                    loop-block encryption encrypted-fs object-bucket (default: all these)
+#                    loop-block encryption encrypted-fs object-bucket
+#                    snapshot-metadata-client (default: all these)
 #                    e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing
 #                    e2e-hello-populator e2e-volume-data-source-validator (make conformance;
 #                    never by default; "conformance" names these six)
@@ -28,6 +29,10 @@
 #                                  examples' image) so that examples run unmodified
 #   pav.local/csi-provisioner:dev  /csi-provisioner (from hack/build-tools.sh)
 #   pav.local/csi-snapshotter:dev  /csi-snapshotter (from hack/build-tools.sh)
+#   pav.local/snapshot-metadata-client:dev
+#                                  /snapshot-metadata-client (hack/tools/snapshot-metadata: the
+#                                  e2e suite's backup application, external-snapshot-metadata's
+#                                  pkg/iterator) over busybox, /etc/nsswitch.conf "files dns"
 #   pav.local/snapshot-controller:dev
 #                                  /snapshot-controller (from hack/build-tools.sh)
 #   pav.local/pav:dev              busybox + /usr/local/bin/pav, pav-driver and pav-report
@@ -35,6 +40,7 @@
 # The examples' images (examples/<name>/Dockerfile is what a user builds elsewhere, FROM
 # debian:bookworm-slim; here the same Debian packages go on top of busybox):
 #   pav.local/loop-block:dev       Debian mount util-linux e2fsprogs coreutils (cp --sparse)
+#                                  perl-base (the snapshotMetadata pod: SEEK_DATA/SEEK_HOLE)
 #   pav.local/encryption:dev       Debian cryptsetup-bin dmsetup util-linux jq
 #   pav.local/encrypted-fs:dev     Debian gocryptfs fuse3 util-linux
 #   pav.local/object-bucket:dev    Debian fuse3 + /usr/local/bin/rclone (hack/tools/rclone, built
@@ -92,6 +98,7 @@ declare -A REF=(
   [snapshot-controller]=pav.local/snapshot-controller:dev
   [pav]=pav.local/pav:dev
   [loop-block]=pav.local/loop-block:dev
+  [snapshot-metadata-client]=pav.local/snapshot-metadata-client:dev
   [encryption]=pav.local/encryption:dev
   [encrypted-fs]=pav.local/encrypted-fs:dev
   [object-bucket]=pav.local/object-bucket:dev
@@ -102,13 +109,13 @@ declare -A REF=(
   [e2e-hello-populator]=registry.k8s.io/sig-storage/hello-populator:v1.0.1
   [e2e-volume-data-source-validator]=registry.k8s.io/sig-storage/volume-data-source-validator:v1.0.0
 )
-ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav loop-block encryption encrypted-fs object-bucket)
+ALL=(pause busybox csi-provisioner csi-snapshotter snapshot-controller pav loop-block encryption encrypted-fs object-bucket snapshot-metadata-client)
 # The argument "conformance" stands for the images of make conformance (hack/conformance.sh).
 CONFORMANCE=(e2e-agnhost e2e-busybox e2e-nginx e2e-glibc-dns-testing e2e-hello-populator e2e-volume-data-source-validator)
 
 # The examples' images: their Debian packages, and the smoke test run in each one's chroot.
 declare -A DEB_PKGS=(
-  [loop-block]="dash mount util-linux e2fsprogs coreutils"
+  [loop-block]="dash mount util-linux e2fsprogs coreutils perl-base"
   [encryption]="dash cryptsetup-bin dmsetup util-linux jq"
   [encrypted-fs]="dash gocryptfs fuse3 util-linux"
   [object-bucket]="dash fuse3"
@@ -121,7 +128,7 @@ declare -A DEB_PKGS=(
 # under dash never ends. Their /bin/sh is bash.
 E2E_SH_SMOKE='i=0; let i+=1; [ "$(echo -n x; echo $((i + 1)))" = x2 ]'
 declare -A DEB_SMOKE=(
-  [loop-block]="losetup --version && mkfs.ext4 -V && e2fsck -V && blockdev --version && mountpoint --version && findmnt --version && cp --sparse=always --version >/dev/null && truncate --version >/dev/null"
+  [loop-block]="losetup --version && mkfs.ext4 -V && e2fsck -V && blockdev --version && mountpoint --version && findmnt --version && cp --sparse=always --version >/dev/null && truncate --version >/dev/null && perl -e 'use POSIX qw(ENXIO); sysseek(STDIN, 0, 3); exit 0' </dev/null"
   [encryption]="cryptsetup --version && command -v dmsetup && jq --version && blockdev --version && wipefs --version"
   [encrypted-fs]="gocryptfs -version && fusermount3 --version && mountpoint --version"
   [object-bucket]="rclone version && fusermount3 --version"
@@ -130,7 +137,8 @@ declare -A DEB_SMOKE=(
   [e2e-glibc-dns-testing]="$E2E_SH_SMOKE && dd if=/dev/zero of=/dev/null oflag=nocache bs=512 count=1"
 )
 # Left out of every closure: needed only by maintainer scripts, or busybox does their job
-# (unless an image names one in DEB_PKGS: loop-block's copies need GNU cp --sparse).
+# (unless an image names one in DEB_PKGS: loop-block's copies need GNU cp --sparse, and its
+# snapshotMetadata pod perl).
 DEB_EXCLUDE=" adduser passwd debconf cdebconf dpkg install-info debianutils base-files base-passwd bash coreutils sed tar perl-base libpam-modules libpam-modules-bin libpam-runtime "
 
 
@@ -342,6 +350,15 @@ build_one() {
       gobuild "$BIN/" ./cmd/pav ./cmd/pav-driver ./cmd/pav-report
       mkdir -p "$r/usr/local/bin"; cp "$BIN/pav" "$BIN/pav-driver" "$BIN/pav-report" "$r/usr/local/bin/"
       write_image pav "${REF[pav]}" "$r" '["/usr/local/bin/pav"]' 'null' ;;
+    snapshot-metadata-client)
+      # A module of its own (pav's go.mod never carries external-snapshot-metadata).
+      (cd "$ROOT/hack/tools/snapshot-metadata" && CGO_ENABLED=0 nice -n 10 go build -trimpath -buildvcs=false -ldflags "-s -w" \
+        -o "$BIN/snapshot-metadata-client" .)
+      rootfs_busybox "$r"
+      cp "$BIN/snapshot-metadata-client" "$r/snapshot-metadata-client"
+      # Go's resolver: /etc/hosts (the pod's hostAliases) before DNS.
+      echo 'hosts: files dns' > "$r/etc/nsswitch.conf"
+      write_image "$name" "${REF[$name]}" "$r" '["/snapshot-metadata-client"]' 'null' ;;
     e2e-agnhost)
       [ -x "$BIN/agnhost" ] || { echo "$BIN/agnhost missing: run hack/build-tools.sh e2e" >&2; exit 1; }
       rootfs_busybox "$r"

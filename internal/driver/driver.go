@@ -270,6 +270,8 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 				klog.FromContext(ctx).Error(err, "Cannot remove the capacity pods an earlier process left yet; each goes when its segment is next asked for")
 			}
 		}
+		// Listings of snapshots' blocks nobody came back for.
+		go svc.Controller.SweepMetadataListings(ctx)
 	}
 	return svc, src, nil
 }
@@ -362,13 +364,16 @@ func (r *readiness) check(ctx context.Context) error {
 // every call (requests through protosanitizer, so secrets never reach a log) and
 // records csi_plugin_operations_seconds.
 func NewGRPCServer(s *Services, mm metrics.CSIMetricsManager) *grpc.Server {
-	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor(mm)))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor(mm)), grpc.StreamInterceptor(streamInterceptor(mm)))
 	csi.RegisterIdentityServer(srv, s.Identity)
 	if s.Controller != nil {
 		csi.RegisterControllerServer(srv, s.Controller)
 		// Always served: its capabilities follow the spec
 		// (GroupControllerGetCapabilities), as the plugin capability does.
 		csi.RegisterGroupControllerServer(srv, s.Controller)
+		// Answers FAILED_PRECONDITION without spec.snapshotMetadata, whose
+		// capability (SNAPSHOT_METADATA_SERVICE) is then not advertised.
+		csi.RegisterSnapshotMetadataServer(srv, s.Controller.SnapshotMetadataServer())
 	}
 	if s.Node != nil {
 		csi.RegisterNodeServer(srv, s.Node)
@@ -410,6 +415,44 @@ func interceptor(mm metrics.CSIMetricsManager) grpc.UnaryServerInterceptor {
 		}
 		return resp, err
 	}
+}
+
+// streamInterceptor is interceptor for the streaming RPCs (the
+// SnapshotMetadata service): every call logged with the request it received,
+// and timed to its end.
+func streamInterceptor(mm metrics.CSIMetricsManager) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+		logger := klog.FromContext(ss.Context()).WithValues("method", method)
+		start := time.Now()
+		err := handler(srv, &loggedStream{ServerStream: ss, ctx: klog.NewContext(ss.Context(), logger)})
+		if mm != nil {
+			mm.RecordMetrics(info.FullMethod, err, time.Since(start))
+		}
+		if err != nil {
+			logger.Error(err, "CSI call failed", "duration", time.Since(start))
+		} else {
+			logger.V(2).Info("CSI call succeeded", "duration", time.Since(start))
+		}
+		return err
+	}
+}
+
+// loggedStream is a server stream whose context carries the call's logger,
+// and which logs the request it receives.
+type loggedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *loggedStream) Context() context.Context { return s.ctx }
+
+func (s *loggedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		klog.FromContext(s.ctx).V(5).Info("CSI request", "request", protosanitizer.StripSecrets(m))
+	}
+	return err
 }
 
 // Listen opens the endpoint: unix:///path (an old socket is removed first) or tcp://host:port.

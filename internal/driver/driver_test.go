@@ -143,6 +143,15 @@ func TestServeOverSocket(t *testing.T) {
 	if _, err := nc.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("NodeGetInfo on the controller: %v, want Unimplemented", err)
 	}
+	// The SnapshotMetadata service is served on the same socket (a
+	// provisioner without spec.snapshotMetadata refuses what it asks).
+	st, err := csi.NewSnapshotMetadataClient(conn).GetMetadataAllocated(ctx, &csi.GetMetadataAllocatedRequest{SnapshotId: "s1"})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "spec.snapshotMetadata") {
+		t.Fatalf("GetMetadataAllocated: %v, want FAILED_PRECONDITION naming spec.snapshotMetadata", err)
+	}
 	families, err := mm.GetRegistry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +163,20 @@ func TestServeOverSocket(t *testing.T) {
 	all := strings.Join(names, " ")
 	if !strings.Contains(all, "csi_plugin_operations_seconds") {
 		t.Fatalf("csi_plugin_operations_seconds missing from %s", all)
+	}
+	// Streaming calls are counted too.
+	var streamed bool
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.HasSuffix(l.GetValue(), "/GetMetadataAllocated") {
+					streamed = true
+				}
+			}
+		}
+	}
+	if !streamed {
+		t.Error("GetMetadataAllocated is not in the metrics")
 	}
 }
 

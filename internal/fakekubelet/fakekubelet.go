@@ -24,6 +24,7 @@
 package fakekubelet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -758,7 +759,7 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	wrapped, isWrapped := podrunner.Wrapped(pod)
 	wrappedMsg := ""
 	if isWrapped && dir != "" && !out.NoReport {
-		wrappedMsg = kubeletTruncate(report.Message(dir, execBudget(pod)), pod)
+		wrappedMsg = kubeletTruncate(k.reportWithLogFiles(pod, wrapped, dir, execBudget(pod)), pod)
 	}
 	k.mutate(st, func(p *corev1.Pod) {
 		for i := range p.Status.ContainerStatuses {
@@ -799,7 +800,7 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	// SIGTERM to the sidecars: the report writes its message and exits 0.
 	msg := ""
 	if dir != "" {
-		msg = kubeletTruncate(report.Message(dir, reportBudget(pod)), pod)
+		msg = kubeletTruncate(k.reportWithLogFiles(pod, podrunner.ReportContainer, dir, reportBudget(pod)), pod)
 	}
 	k.mutate(st, func(p *corev1.Pod) {
 		for i, c := range p.Spec.InitContainers {
@@ -826,6 +827,44 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 		return
 	}
 	pending() // a finished pod stays until it is deleted
+}
+
+// reportWithLogFiles is the report pav-report writes in container (the
+// report sidecar, or the wrapped one): with the --log-file flags of its
+// command, the files are printed to that container's log first.
+func (k *Kubelet) reportWithLogFiles(pod *corev1.Pod, container, dir string, budget int) string {
+	var files []string
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if c.Name != container {
+				continue
+			}
+			for _, a := range c.Command {
+				if a == "--" {
+					break
+				}
+				if v, ok := strings.CutPrefix(a, "--log-file="); ok {
+					files = append(files, v)
+				}
+			}
+		}
+	}
+	if len(files) == 0 {
+		return report.Message(dir, budget)
+	}
+	var log bytes.Buffer
+	refs, problems := report.PrintLogFiles(dir, files, &log)
+	k.mu.Lock()
+	text := ""
+	for i := len(k.logs) - 1; i >= 0; i-- {
+		if e := k.logs[i]; e.ns == pod.Namespace && e.pod == pod.Name && e.container == container {
+			text = e.text
+			break
+		}
+	}
+	k.logs = append(k.logs, logEntry{pod.Namespace, pod.Name, container, text + log.String()})
+	k.mu.Unlock()
+	return report.MessageWith(dir, budget, refs, problems)
 }
 
 // wrapsNodeCommand: pav-report wraps the pod's command and writes its exit

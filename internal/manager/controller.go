@@ -66,10 +66,14 @@ type Controller struct {
 	statefulSets listers.ResourceIndexer[*appsv1.StatefulSet]
 	daemonSets   listers.ResourceIndexer[*appsv1.DaemonSet]
 	csiDrivers   listers.ResourceIndexer[*storagev1.CSIDriver]
-	pvs          cache.Indexer
-	pods         cache.Indexer
-	records      cache.Indexer
-	guards       []guard
+	// services and secrets: the csi-snapshot-metadata sidecars' (label
+	// app.kubernetes.io/component=snapshot-metadata), in the manager's namespace.
+	services listers.ResourceIndexer[*corev1.Service]
+	secrets  listers.ResourceIndexer[*corev1.Secret]
+	pvs      cache.Indexer
+	pods     cache.Indexer
+	records  cache.Indexer
+	guards   []guard
 
 	start  []func(<-chan struct{})
 	synced []cache.InformerSynced
@@ -96,7 +100,13 @@ func New(cfg Config) (*Controller, error) {
 	// name that pav did not make is seen (and never taken over).
 	csiInf := kube.NewInformer(cfg.Apps, cfg.Apps.CSIDrivers(), &storagev1.CSIDriver{}, 0, nil, nil)
 	c.csiDrivers = listers.New[*storagev1.CSIDriver](csiInf.GetIndexer(), storagev1.Resource("csidrivers"))
-	for _, inf := range []cache.SharedIndexInformer{stsInf, dsInf, csiInf} {
+	// Only the snapshot metadata sidecars' Services and Secrets.
+	ours := func(o *metav1.ListOptions) { o.LabelSelector = labelComponent + "=" + componentSnapshotMetadata }
+	svcInf := kube.NewInformer(cfg.Apps, cfg.Apps.Services(cfg.Namespace), &corev1.Service{}, 0, ours, nil)
+	secInf := kube.NewInformer(cfg.Apps, cfg.Apps.Secrets(cfg.Namespace), &corev1.Secret{}, 0, ours, nil)
+	c.services = listers.NewNamespaced(listers.New[*corev1.Service](svcInf.GetIndexer(), corev1.Resource("services")), cfg.Namespace)
+	c.secrets = listers.NewNamespaced(listers.New[*corev1.Secret](secInf.GetIndexer(), corev1.Resource("secrets")), cfg.Namespace)
+	for _, inf := range []cache.SharedIndexInformer{stsInf, dsInf, csiInf, svcInf, secInf} {
 		if err := inf.SetTransform(withoutManagedFields); err != nil {
 			return nil, err
 		}
@@ -159,6 +169,8 @@ func New(cfg Config) (*Controller, error) {
 		{stsInf, ownerKeys, always},
 		{dsInf, ownerKeys, always},
 		{csiInf, func(o any) []string { return nameOf(o) }, always},
+		{svcInf, ownerKeys, always},
+		{secInf, ownerKeys, always},
 		{pvInf, pvKeys, counted},
 		{podInf, podKeys, guarding},
 		{volInf, func(o any) []string { k, _ := recordByProvisioner(o); return k }, guarding},

@@ -312,6 +312,16 @@ func (f *fixture) cacheDiff() string {
 	if a, b := keyed(anyOf(csi.Items)), keyed(anyOfPtr(ccsi)); a != b {
 		return "CSIDrivers differ"
 	}
+	svcs, _ := f.kube.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: labelComponent + "=" + componentSnapshotMetadata})
+	csvcs, _ := f.c.services.List(labels.Everything())
+	if a, b := keyed(anyOf(svcs.Items)), keyed(anyOfPtr(csvcs)); a != b {
+		return "Services differ"
+	}
+	secs, _ := f.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labelComponent + "=" + componentSnapshotMetadata})
+	csecs, _ := f.c.secrets.List(labels.Everything())
+	if a, b := keyed(anyOf(secs.Items)), keyed(anyOfPtr(csecs)); a != b {
+		return "Secrets differ"
+	}
 	pvs, _ := f.kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if a, b := keyed(strip(anyOf(pvs.Items))), keyed(f.c.pvs.List()); a != b {
 		return "PVs differ"

@@ -95,6 +95,9 @@ const (
 type workloads struct {
 	controller *appsv1.StatefulSet
 	node       *appsv1.DaemonSet
+	// snapshotMetadata is condition SnapshotMetadata (nil without
+	// spec.snapshotMetadata: the condition goes).
+	snapshotMetadata *metav1.Condition
 }
 
 // deploy applies the provisioner's CSIDriver, StatefulSet and DaemonSet where
@@ -119,6 +122,8 @@ func (c *Controller) deploy(ctx context.Context, p *v1alpha1.PavProvisioner) (wo
 	}
 	_, change, prob := ensure(ctx, c, p, "CSIDriver", objs.CSIDriver, c.csiDrivers.Get, apps.CSIDrivers())
 	note(change, prob)
+	// Before the StatefulSet, whose sidecar mounts the Secret.
+	w.snapshotMetadata = c.deploySnapshotMetadata(ctx, p, objs, note)
 	w.controller, change, prob = ensure(ctx, c, p, "StatefulSet", objs.Controller, c.statefulSets.Get, apps.StatefulSets(ns))
 	note(change, prob)
 	w.node, change, prob = ensure(ctx, c, p, "DaemonSet", objs.Node, c.daemonSets.Get, apps.DaemonSets(ns))
@@ -329,7 +334,7 @@ func (c *Controller) finalize(ctx context.Context, p *v1alpha1.PavProvisioner) e
 	if err := c.removeFinalizer(ctx, p); err != nil {
 		return fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerVolumes, err)
 	}
-	c.cfg.Recorder.Event(p, corev1.EventTypeNormal, "Deleted", "No volume needs the drivers: removed the CSIDriver, StatefulSet and DaemonSet, and the finalizer")
+	c.cfg.Recorder.Event(p, corev1.EventTypeNormal, "Deleted", "No volume needs the drivers: removed the CSIDriver, StatefulSet and DaemonSet (and any snapshot metadata service), and the finalizer")
 	return nil
 }
 
@@ -364,7 +369,12 @@ func (c *Controller) removeDrivers(ctx context.Context, p *v1alpha1.PavProvision
 	} else if !apierrors.IsNotFound(err) {
 		return nil, err
 	}
-	var remaining []string
+	// The snapshot metadata sidecar's objects first: backup applications
+	// stop finding it before it goes.
+	_, remaining, err := c.removeSnapshotMetadata(ctx, p)
+	if err != nil {
+		return nil, err
+	}
 	for _, it := range items {
 		if ownedBy(it.obj, p) != owned {
 			continue // not this PavProvisioner's to delete

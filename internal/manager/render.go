@@ -54,6 +54,11 @@ type Objects struct {
 	CSIDriver  *storagev1.CSIDriver
 	Controller *appsv1.StatefulSet
 	Node       *appsv1.DaemonSet
+	// SnapshotMetadata is the csi-snapshot-metadata sidecar's Service, for
+	// a provisioner with spec.snapshotMetadata (nil otherwise); its TLS
+	// Secret and SnapshotMetadataService depend on what the cluster holds
+	// (snapshotmetadata.go).
+	SnapshotMetadata *corev1.Service
 }
 
 // ControllerName and NodeName are the names of a provisioner's workloads.
@@ -107,6 +112,12 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 	}
 	ctrl.Containers = slices.DeleteFunc(ctrl.Containers, func(c corev1.Container) bool { return !wanted[c.Name] })
 	capacityTracking(o, f)
+	if f.SnapshotMetadata {
+		// Not in deploy/provisioner: it needs the TLS Secret only the
+		// manager makes.
+		addSnapshotMetadataSidecar(ctrl, p.Name)
+		o.SnapshotMetadata = renderSnapshotMetadataService(p.Name, namespace, owner)
+	}
 	for _, c := range []struct {
 		spec      *corev1.PodSpec
 		name      string
@@ -119,6 +130,7 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		{ctrl, containerProvision, s.Images.CSIProvisioner, s.Resources.CSIProvisioner, false, false},
 		{ctrl, containerResizer, s.Images.CSIResizer, s.Resources.CSIResizer, false, true},
 		{ctrl, containerSnapshot, s.Images.CSISnapshotter, s.Resources.CSISnapshotter, false, true},
+		{ctrl, containerSnapshotMetadata, s.Images.CSISnapshotMetadata, s.Resources.CSISnapshotMetadata, false, true},
 		{node, containerPav, s.Images.Pav, s.Resources.Node, true, false},
 		{node, containerRegistrar, s.Images.NodeDriverRegistrar, s.Resources.NodeDriverRegistrar, false, false},
 		{ctrl, containerLiveness, s.Images.LivenessProbe, s.Resources.LivenessProbe, false, false},
@@ -195,22 +207,34 @@ func csiDriver(spec *storagev1.CSIDriverSpec, f phase.Features) {
 // stamp annotates each object with the digest of its configuration
 // (AnnotationApplied).
 func stamp(o *Objects) error {
-	for _, obj := range []metav1.Object{o.CSIDriver, o.Controller, o.Node} {
-		config, err := applyConfig(obj)
-		if err != nil {
-			return err
-		}
-		d, err := digest(config)
-		if err != nil {
-			return err
-		}
-		a := obj.GetAnnotations()
-		if a == nil {
-			a = map[string]string{}
-		}
-		a[AnnotationApplied] = d
-		obj.SetAnnotations(a)
+	objs := []metav1.Object{o.CSIDriver, o.Controller, o.Node}
+	if o.SnapshotMetadata != nil {
+		objs = append(objs, o.SnapshotMetadata)
 	}
+	for _, obj := range objs {
+		if err := stampOne(obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stampOne annotates obj with the digest of its configuration.
+func stampOne(obj metav1.Object) error {
+	config, err := applyConfig(obj)
+	if err != nil {
+		return err
+	}
+	d, err := digest(config)
+	if err != nil {
+		return err
+	}
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[AnnotationApplied] = d
+	obj.SetAnnotations(a)
 	return nil
 }
 

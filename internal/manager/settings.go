@@ -87,6 +87,10 @@ type Images struct {
 	// LivenessProbe is the livenessprobe sidecar of both workloads: the
 	// drivers' liveness probe goes through it (their CSI Probe).
 	LivenessProbe string `json:"livenessProbe,omitempty"`
+	// CSISnapshotMetadata is the external-snapshot-metadata sidecar, deployed
+	// only to provisioners with spec.snapshotMetadata (default
+	// DefaultSnapshotMetadataImage).
+	CSISnapshotMetadata string `json:"csiSnapshotMetadata,omitempty"`
 }
 
 // NodePlugin says where the node plugins (the DaemonSet) run. A nil field keeps
@@ -116,6 +120,9 @@ type Resources struct {
 	CSISnapshotter *corev1.ResourceRequirements `json:"csiSnapshotter,omitempty"`
 	// LivenessProbe is the livenessprobe sidecar of both workloads.
 	LivenessProbe *corev1.ResourceRequirements `json:"livenessProbe,omitempty"`
+	// CSISnapshotMetadata is the external-snapshot-metadata sidecar
+	// (spec.snapshotMetadata only).
+	CSISnapshotMetadata *corev1.ResourceRequirements `json:"csiSnapshotMetadata,omitempty"`
 }
 
 // LoadSettings reads a settings file strictly: an unknown key is an error that
@@ -176,6 +183,7 @@ func (s Settings) Validate() error {
 		{"resources.csiResizer", s.Resources.CSIResizer},
 		{"resources.csiSnapshotter", s.Resources.CSISnapshotter},
 		{"resources.livenessProbe", s.Resources.LivenessProbe},
+		{"resources.csiSnapshotMetadata", s.Resources.CSISnapshotMetadata},
 	} {
 		if r.r == nil {
 			continue

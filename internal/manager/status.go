@@ -46,6 +46,13 @@ func (c *Controller) writeStatus(ctx context.Context, p *v1alpha1.PavProvisioner
 		cond.ObservedGeneration = p.Generation
 		meta.SetStatusCondition(&st.Conditions, cond)
 	}
+	if sm := w.snapshotMetadata; sm != nil {
+		cond := *sm
+		cond.ObservedGeneration = p.Generation
+		meta.SetStatusCondition(&st.Conditions, cond)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionSnapshotMetadata)
+	}
 	volumes, err := c.pvs.ByIndex(indexByDriver, p.Name)
 	if err != nil {
 		return err
@@ -131,7 +138,7 @@ func ready(w workloads, prob *problem) metav1.Condition {
 // conditionEvents records an event for each condition change a user should
 // hear about (not for every step of a rollout).
 func (c *Controller) conditionEvents(p *v1alpha1.PavProvisioner, before, after []metav1.Condition) {
-	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady, v1alpha1.ConditionTerminating} {
+	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady, v1alpha1.ConditionTerminating, v1alpha1.ConditionSnapshotMetadata} {
 		o, n := meta.FindStatusCondition(before, t), meta.FindStatusCondition(after, t)
 		if n == nil || o != nil && o.Status == n.Status && o.Reason == n.Reason && (t != v1alpha1.ConditionTerminating || o.Message == n.Message) {
 			continue
@@ -151,6 +158,10 @@ func (c *Controller) conditionEvents(p *v1alpha1.PavProvisioner, before, after [
 			c.cfg.Recorder.Event(p, corev1.EventTypeWarning, n.Reason, n.Message)
 		case t == v1alpha1.ConditionTerminating && n.Status == metav1.ConditionTrue:
 			c.cfg.Recorder.Event(p, corev1.EventTypeNormal, n.Reason, n.Message)
+		case t == v1alpha1.ConditionSnapshotMetadata && n.Status == metav1.ConditionFalse:
+			c.cfg.Recorder.Event(p, corev1.EventTypeWarning, "SnapshotMetadata"+n.Reason, n.Message)
+		case t == v1alpha1.ConditionSnapshotMetadata:
+			c.cfg.Recorder.Event(p, corev1.EventTypeNormal, "SnapshotMetadataServing", n.Message)
 		}
 	}
 }

@@ -284,3 +284,46 @@ func params(p map[string]string) map[string]any {
 	}
 	return out
 }
+
+// MetadataSnapshot is a snapshot as the snapshotMetadata context sees it: its
+// record's spec (the source volume, as snapshotCreation saw it), handle and
+// size.
+type MetadataSnapshot struct {
+	Spec     *v1alpha1.PavSnapshotSpec
+	Handle   string
+	Capacity int64 // the snapshot's size in bytes
+}
+
+func metadataSnapshotVar(s *MetadataSnapshot) any {
+	if s == nil {
+		return nil
+	}
+	src := &s.Spec.Volume
+	return map[string]any{
+		"handle":   s.Handle,
+		"capacity": s.Capacity,
+		"volume": map[string]any{
+			"handle":     src.Handle,
+			"capacity":   src.Capacity,
+			"volumeMode": string(src.VolumeMode),
+			"params":     params(src.Params),
+		},
+	}
+}
+
+// SnapshotMetadataVars is the context of spec.snapshotMetadata: `snapshot`
+// ({handle, capacity, volume}: the snapshot to list, its size, and its source
+// volume as snapshotCreation's `volume`), `baseSnapshot` (the same for
+// GetMetadataDelta's base snapshot; null for GetMetadataAllocated),
+// `startingOffset` (bytes: ranges that end at or before it are not needed),
+// `params` (the snapshot's VolumeSnapshotClass parameters, as recorded) and
+// the source volume's `pvc` and `sc` when pav recorded them.
+func SnapshotMetadataVars(target *MetadataSnapshot, base *MetadataSnapshot, startingOffset int64) (templating.Vars, error) {
+	v := templating.Vars{
+		"snapshot":       metadataSnapshotVar(target),
+		"baseSnapshot":   metadataSnapshotVar(base),
+		"startingOffset": startingOffset,
+		"params":         params(target.Spec.Params),
+	}
+	return v, addObjects(v, Objects{PVC: target.Spec.Volume.PVC, SC: target.Spec.Volume.SC})
+}

@@ -42,6 +42,14 @@ const reapWait = 5 * time.Second
 // that cannot be started exits 127 (not found) or 126, as a shell's does, and
 // says why on stderr, which the driver shows as the pod's log tail.
 func Exec(argv []string, dir, terminationLog string, maxBytes int) int {
+	return ExecWith(argv, dir, terminationLog, maxBytes, nil)
+}
+
+// ExecWith is Exec that, once the command has ended and what it left running
+// is killed, prints the files logFiles names to stdout, the container's log
+// (PrintLogFiles), and reports where they are: nothing of the command's can
+// write to the log any more.
+func ExecWith(argv []string, dir, terminationLog string, maxBytes int, logFiles []string) int {
 	if dir == "" {
 		dir = Dir
 	}
@@ -49,7 +57,7 @@ func Exec(argv []string, dir, terminationLog string, maxBytes int) int {
 	if os.Getpid() == 1 {
 		killRest()
 	}
-	if !write(dir, terminationLog, maxBytes) && code == 0 {
+	if !write(dir, terminationLog, maxBytes, logFiles) && code == 0 {
 		code = 1 // a success without its report would lose the handle
 	}
 	return code

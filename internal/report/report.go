@@ -96,6 +96,12 @@ const truncatedMark = "…"
 // when the pod has more than three containers: the budget comes from the
 // PAV_REPORT_MAX_BYTES variable BuildPod sets); the tail of error is kept.
 func Run(ctx context.Context, dir, terminationLog string, checkReady bool) int {
+	return RunWith(ctx, dir, terminationLog, checkReady, nil)
+}
+
+// RunWith is Run that first prints the files logFiles names to the
+// sidecar's log (PrintLogFiles) and reports where they are.
+func RunWith(ctx context.Context, dir, terminationLog string, checkReady bool, logFiles []string) int {
 	if dir == "" {
 		dir = Dir
 	}
@@ -108,19 +114,25 @@ func Run(ctx context.Context, dir, terminationLog string, checkReady bool) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	<-ctx.Done()
-	if !write(dir, terminationLog, budgetFromEnv()) {
+	if !write(dir, terminationLog, budgetFromEnv(), logFiles) {
 		return 1
 	}
 	return 0
 }
 
 // write writes the report of dir (Message) to terminationLog (default
-// TerminationLog) for Run and Exec; a failure is said on stderr.
-func write(dir, terminationLog string, maxBytes int) bool {
+// TerminationLog) for Run and Exec, after printing the files logFiles names
+// to stdout (PrintLogFiles); a failure is said on stderr.
+func write(dir, terminationLog string, maxBytes int, logFiles []string) bool {
 	if terminationLog == "" {
 		terminationLog = TerminationLog
 	}
-	if err := os.WriteFile(terminationLog, []byte(Message(dir, maxBytes)), 0o644); err != nil {
+	var refs map[string]string
+	var problems []string
+	if len(logFiles) > 0 {
+		refs, problems = PrintLogFiles(dir, logFiles, os.Stdout)
+	}
+	if err := os.WriteFile(terminationLog, []byte(MessageWith(dir, maxBytes, refs, problems)), 0o644); err != nil {
 		fmt.Fprintf(os.Stderr, "pav-report: writing %s: %v\n", terminationLog, err)
 		return false
 	}
@@ -138,6 +150,14 @@ func Command(ctx context.Context, args []string) int {
 	execute := fs.Bool("exec", false, "run the command after -- as a child, then write the report (see Exec)")
 	maxBytes := fs.Int("max-bytes", MaxMessage, "with --exec: the report's budget (the sidecar reads "+MaxBytesEnv+")")
 	exitFile := fs.String("exit-file", "", "with --exec: write the command's exit code to this file instead of the report (a node pod, whose /pav the node plugin reads)")
+	var logFiles []string
+	fs.Func("log-file", "a file of the directory to print to the log and report by reference (repeatable; "+strings.Join(LogFiles, ", ")+")", func(v string) error {
+		if !isLogFile(v) {
+			return fmt.Errorf("only %s may be carried through the log", strings.Join(LogFiles, ", "))
+		}
+		logFiles = append(logFiles, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -145,9 +165,9 @@ func Command(ctx context.Context, args []string) int {
 		return ExecNode(fs.Args(), *exitFile)
 	}
 	if *execute {
-		return Exec(fs.Args(), *dir, *termLog, clampBudget(*maxBytes))
+		return ExecWith(fs.Args(), *dir, *termLog, clampBudget(*maxBytes), logFiles)
 	}
-	return Run(ctx, *dir, *termLog, *checkReady)
+	return RunWith(ctx, *dir, *termLog, *checkReady, logFiles)
 }
 
 func budgetFromEnv() int {
@@ -170,8 +190,17 @@ func clampBudget(n int) int {
 // JSON object of at most maxBytes bytes (what Run writes). Problems reading a
 // file are reported inside the message, so that the driver sees them.
 func Message(dir string, maxBytes int) string {
+	return MessageWith(dir, maxBytes, nil, nil)
+}
+
+// MessageWith is Message with the references to the files printed to the log
+// (PrintLogFiles' refs, by LogRefKey) and what could not be printed.
+func MessageWith(dir string, maxBytes int, refs map[string]string, logProblems []string) string {
 	files, problems := readFiles(dir, maxBytes)
-	return encodeReport(files, problems, maxBytes)
+	for k, v := range refs {
+		files[k] = v
+	}
+	return encodeReport(files, append(logProblems, problems...), maxBytes)
 }
 
 // Read reads the reported files of dir as Message does, without encoding
@@ -269,7 +298,8 @@ func readReportFile(path string, max int, tail bool) (string, error) {
 
 // encodeReport marshals files (plus problems) in at most max bytes: first by
 // keeping only the tail of error, then by dropping whole files (error,
-// snapshots, topology, maximumVolumeSize, capacity, handle), saying so in reportProblemKey.
+// snapshots, topology, maximumVolumeSize, capacity, handle, then the
+// references to files carried in the log), saying so in reportProblemKey.
 func encodeReport(files map[string]string, problems []string, max int) string {
 	m := map[string]string{}
 	for k, v := range files {
@@ -302,7 +332,11 @@ func encodeReport(files map[string]string, problems []string, max int) string {
 			return b
 		}
 	}
-	for _, name := range []string{FileError, FileSnapshots, FileTopology, FileMaximumVolumeSize, FileCapacity, FileHandle} {
+	drop := []string{FileError, FileSnapshots, FileTopology, FileMaximumVolumeSize, FileCapacity, FileHandle}
+	for _, name := range LogFiles {
+		drop = append(drop, LogRefKey(name))
+	}
+	for _, name := range drop {
 		v, ok := m[name]
 		if !ok {
 			continue
@@ -367,6 +401,11 @@ func Parse(msg string) (map[string]string, error) {
 	for _, name := range Files {
 		if v, ok := m[name]; ok {
 			files[name] = v
+		}
+	}
+	for _, name := range LogFiles {
+		if v, ok := m[LogRefKey(name)]; ok {
+			files[LogRefKey(name)] = v
 		}
 	}
 	if p, ok := m[reportProblemKey]; ok {

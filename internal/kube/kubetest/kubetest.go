@@ -85,3 +85,11 @@ func (c managerClientset) StatefulSets(ns string) managerapi.Applied[*appsv1.Sta
 func (c managerClientset) DaemonSets(ns string) managerapi.Applied[*appsv1.DaemonSet, *appsv1.DaemonSetList] {
 	return c.c.AppsV1().DaemonSets(ns)
 }
+
+func (c managerClientset) Services(ns string) managerapi.Applied[*corev1.Service, *corev1.ServiceList] {
+	return c.c.CoreV1().Services(ns)
+}
+
+func (c managerClientset) Secrets(ns string) managerapi.Readable[*corev1.Secret, *corev1.SecretList] {
+	return c.c.CoreV1().Secrets(ns)
+}

@@ -16,6 +16,7 @@ import (
 	"context"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,6 +36,17 @@ type Interface interface {
 	CSIDrivers() Applied[*storagev1.CSIDriver, *storagev1.CSIDriverList]
 	StatefulSets(namespace string) Applied[*appsv1.StatefulSet, *appsv1.StatefulSetList]
 	DaemonSets(namespace string) Applied[*appsv1.DaemonSet, *appsv1.DaemonSetList]
+	// Services and Secrets: a provisioner's csi-snapshot-metadata sidecar's
+	// Service and TLS Secret (spec.snapshotMetadata).
+	Services(namespace string) Applied[*corev1.Service, *corev1.ServiceList]
+	Secrets(namespace string) Readable[*corev1.Secret, *corev1.SecretList]
+}
+
+// Readable is Applied that also reads one object by name (the manager reads
+// a Secret its cache does not hold yet before it makes a new one).
+type Readable[T runtime.Object, L runtime.Object] interface {
+	Applied[T, L]
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
 }
 
 // Applied is the methods of the typed client of a resource the manager
@@ -58,6 +70,7 @@ var (
 func init() {
 	utilruntime.Must(appsv1.AddToScheme(Scheme))
 	utilruntime.Must(storagev1.AddToScheme(Scheme))
+	utilruntime.Must(corev1.AddToScheme(Scheme))
 }
 
 // NewForConfig returns the Interface served by the API server of cfg, with
@@ -74,11 +87,26 @@ func NewForConfig(cfg *rest.Config) (Interface, error) {
 	if c.storage, err = kube.NewRESTClient(cfg, httpClient, "/apis", storagev1.SchemeGroupVersion, Scheme, codecs); err != nil {
 		return nil, err
 	}
+	if c.core, err = kube.NewRESTClient(cfg, httpClient, "/api", corev1.SchemeGroupVersion, Scheme, codecs); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
 type client struct {
-	apps, storage *rest.RESTClient
+	apps, storage, core *rest.RESTClient
+}
+
+func (c *client) Services(namespace string) Applied[*corev1.Service, *corev1.ServiceList] {
+	return kube.Typed(c.core, parameterCodec, "services", namespace,
+		func() *corev1.Service { return &corev1.Service{} },
+		func() *corev1.ServiceList { return &corev1.ServiceList{} })
+}
+
+func (c *client) Secrets(namespace string) Readable[*corev1.Secret, *corev1.SecretList] {
+	return kube.Typed(c.core, parameterCodec, "secrets", namespace,
+		func() *corev1.Secret { return &corev1.Secret{} },
+		func() *corev1.SecretList { return &corev1.SecretList{} })
 }
 
 func (c *client) CSIDrivers() Applied[*storagev1.CSIDriver, *storagev1.CSIDriverList] {

@@ -69,6 +69,16 @@ func TestRequests(t *testing.T) {
 		}, "GET /apis/apps/v1/namespaces/pav/daemonsets?resourceVersion=0"},
 		{func() error { return c.DaemonSets("pav").Delete(ctx, "x", metav1.DeleteOptions{}) },
 			"DELETE /apis/apps/v1/namespaces/pav/daemonsets/x application/vnd.kubernetes.protobuf"},
+		{func() error {
+			_, err := c.Services("pav").Patch(ctx, "x", types.ApplyPatchType, []byte(`{}`), apply)
+			return err
+		}, "PATCH /api/v1/namespaces/pav/services/x?fieldManager=pav-manager&force=true " + applyType},
+		{func() error {
+			_, err := c.Secrets("pav").List(ctx, metav1.ListOptions{LabelSelector: "a=b"})
+			return err
+		}, "GET /api/v1/namespaces/pav/secrets?labelSelector=a%3Db"},
+		{func() error { return c.Secrets("pav").Delete(ctx, "x", metav1.DeleteOptions{}) },
+			"DELETE /api/v1/namespaces/pav/secrets/x application/vnd.kubernetes.protobuf"},
 	} {
 		api.mu.Lock()
 		api.seen = nil
