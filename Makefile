@@ -9,6 +9,11 @@
 #   make e2e           bring the local cluster up if needed, install pav, run test/e2e
 #   make bench-e2e     pav vs bare pods, memory, API requests per volume on the local
 #                      cluster (BENCH_N=20,100 BENCH_REPS=5); prints a table
+#   make bench-peers   pav beside csi-driver-host-path, local-path-provisioner and bare pods
+#                      on the local cluster (../shared/peers; BENCH_PEERS_N=20 BENCH_REPS=5);
+#                      prints a table with issue 37's targets
+#   make bench-volumeperf  Kubernetes' volume performance testsuite (300 claims) for pav-e2e,
+#                      loop-block and csi-driver-host-path (test/bench/volumeperf)
 #   make bench-scale   pav's controller side with SCALE_NODES (1000) nodes simulated by
 #                      kwok: SCALE_PVCS (1000) PVCs at once, Bound, then deleted; prints a table
 #   make e2e-upgrade   the upgrade from the last release (test/e2e/upgrade/last-release) to this
@@ -131,7 +136,7 @@ export PAV_NODES := $(NODES)
 export PAV_E2E_NODES := $(NODES)
 
 .PHONY: tools images cluster-up cluster-down install deploy-e2e e2e-setup e2e bench-e2e demo
-.PHONY: bench-scale conformance e2e-multinode e2e-prebuild
+.PHONY: bench-scale bench-peers bench-volumeperf conformance e2e-multinode e2e-prebuild
 
 tools:
 	hack/install-deps.sh
@@ -162,18 +167,21 @@ e2e-setup: tools cluster-up images deploy-e2e
 
 # The suite runs its tests in lanes (PAV_E2E_PARALLEL=1, test/e2e/framework_test.go): tests
 # of different provisioners at once, those that disturb the cluster alone.
-# e2e also runs the smoke forms of bench-e2e (2 volumes, one repetition) and bench-scale
-# (20 simulated nodes, 10 claims) so that the benchmarks cannot rot; their figures mean
-# nothing, so they run at once (both mostly wait on pods; the scale smoke's simulated nodes
-# are tainted, so the bench's pods never go there).
+# e2e also runs the smoke forms of bench-e2e (2 volumes, one repetition), bench-peers (2 pairs
+# at once, one repetition) and bench-scale (20 simulated nodes, 10 claims) so that the
+# benchmarks cannot rot; their figures mean nothing, so they run at once (they mostly wait on
+# pods; each has its own provisioner, classes and namespaces, and waits only for its own
+# volumes; the scale smoke's simulated nodes are tainted, so the benches' pods and the peers'
+# never go there).
 e2e: e2e-setup
-	@echo "the bench and scale smokes, at once (output: _output/bench-smoke.log, _output/scale-smoke.log)"; \
+	@echo "the bench, bench-peers and scale smokes, at once (output: _output/bench-smoke.log, _output/bench-peers-smoke.log, _output/scale-smoke.log)"; \
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=2 PAV_BENCH_REPS=1 $(GO) test -tags bench -count=1 -timeout 10m -v -run '^TestBench$$' ./test/bench/ > _output/bench-smoke.log 2>&1 & bench=$$!; \
+	$(BENCH_PEERS_ENV) PAV_BENCH_PEERS_N=2 PAV_BENCH_REPS=1 PAV_BENCH_PEERS_TIMEOUT=12m $(GO) test -tags bench -count=1 -timeout 15m -v -run '^TestBenchPeers$$' ./test/bench/ > _output/bench-peers-smoke.log 2>&1 & peers=$$!; \
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SCALE_NODES=20 PAV_SCALE_PVCS=10 PAV_SCALE_TIMEOUT=5m $(GO) test -tags scale -count=1 -timeout 10m -v -run '^TestScale$$' ./test/scale/ > _output/scale-smoke.log 2>&1; scale=$$?; \
-	wait $$bench; bench=$$?; \
-	cat _output/bench-smoke.log _output/scale-smoke.log; \
-	echo "bench smoke: exit $$bench; scale smoke: exit $$scale"; \
-	[ $$bench -eq 0 ] && [ $$scale -eq 0 ]
+	wait $$bench; bench=$$?; wait $$peers; peers=$$?; \
+	cat _output/bench-smoke.log _output/bench-peers-smoke.log _output/scale-smoke.log; \
+	echo "bench smoke: exit $$bench; bench-peers smoke: exit $$peers; scale smoke: exit $$scale"; \
+	[ $$bench -eq 0 ] && [ $$peers -eq 0 ] && [ $$scale -eq 0 ]
 	PAV_CLUSTER_DIR=$(CLUSTER_DIR) CONFORMANCE_OUT=$(CURDIR)/_output/conformance-smoke CONFORMANCE_FOCUS='$(CONFORMANCE_SMOKE)' CONFORMANCE_PROCS=$(CONFORMANCE_SMOKE_PROCS) hack/conformance.sh
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_E2E_PARALLEL=1 GO=$(GO) GO_TEST_LOG=_output/e2e.log hack/go-test.sh -tags e2e -count=1 -timeout 40m -v ./test/e2e/
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_SOAK=1 SOAK_LIFECYCLES=6 SOAK_CONCURRENCY=3 SOAK_FAULTS=controller,phasepod GO=$(GO) GO_TEST_LOG=_output/soak-smoke.log hack/go-test.sh -tags e2e -count=1 -timeout 15m -v -run '^TestSoak$$' ./test/e2e/
@@ -236,6 +244,32 @@ BENCH_N    ?= 20
 BENCH_REPS ?= 5
 bench-e2e: e2e-setup
 	KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_BENCH_N=$(BENCH_N) PAV_BENCH_REPS=$(BENCH_REPS) $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestBench$$' ./test/bench/
+
+# bench-peers: pav beside csi-driver-host-path and local-path-provisioner (PEERS_DIR: their
+# install scripts and images, ../shared/peers) and bare pods, interleaved in one run: a pod and
+# its new claim → Running, BENCH_PEERS_N pairs at once, their deletion; medians of BENCH_REPS
+# (BENCH_LOCALPATH_REPS for local-path), the table with issue 37's targets and the timelines of
+# the median runs, also in _output/bench-peers.md (test/bench/peers_test.go;
+# docs/performance.md). It installs the peers and uninstalls them at the end.
+PEERS_DIR            ?= $(abspath $(CURDIR)/../shared/peers)
+BENCH_PEERS_N        ?= 20
+BENCH_LOCALPATH_REPS ?= $(BENCH_REPS)
+BENCH_PEERS_ENV = KUBECONFIG=$(CLUSTER_DIR)/kubeconfig PAV_CLUSTER_DIR=$(CLUSTER_DIR) PAV_BIN_DIR=$(CURDIR)/_output/bin PAV_PEERS_DIR=$(PEERS_DIR)
+bench-peers: e2e-setup
+	$(BENCH_PEERS_ENV) PAV_BENCH_PEERS_N=$(BENCH_PEERS_N) PAV_BENCH_REPS=$(BENCH_REPS) PAV_BENCH_LOCALPATH_REPS=$(BENCH_LOCALPATH_REPS) PAV_BENCH_PEERS_OUT=$(CURDIR)/_output/bench-peers.md $(GO) test -tags bench -count=1 -timeout 100m -v -run '^TestBenchPeers$$' ./test/bench/
+
+# bench-volumeperf: Kubernetes' own volume performance testsuite (volumeperf.go: 300 claims at
+# once → Bound, average latency and throughput against csi-driver-host-path's regression limits,
+# 2 min and 0.5 claims/s) for pav-e2e, loop-block and csi-driver-host-path (installed by
+# PEERS_DIR's script for the run) on the same cluster, one after the other, through
+# hack/conformance.sh and the testdrivers of test/bench/volumeperf; the figures, side by side,
+# in _output/volumeperf/table.md (docs/performance.md). About 15 minutes a pav driver on 2 cores:
+# the suite's cleanup deletes the 300 claims one at a time.
+VOLUMEPERF_DRIVERS ?= pav-e2e loop-block hostpath
+bench-volumeperf: e2e-setup
+	rc=0; PAV_CLUSTER_DIR=$(CLUSTER_DIR) PAV_PEERS_DIR=$(PEERS_DIR) CONFORMANCE_OUT=$(CURDIR)/_output/volumeperf CONFORMANCE_PROCS=1 \
+	  CONFORMANCE_FOCUS='volume-lifecycle-performance' hack/conformance.sh $(addprefix test/bench/volumeperf/,$(VOLUMEPERF_DRIVERS)) || rc=$$?; \
+	test/bench/volumeperf/table.sh _output/volumeperf/report.json | tee _output/volumeperf/table.md; exit $$rc
 
 # bench-scale: pav's controller side at scale, simulated (test/scale;
 # docs/performance.md): kwok simulates SCALE_NODES nodes against the real local API server,

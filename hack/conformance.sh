@@ -4,6 +4,11 @@
 #
 # Usage: hack/conformance.sh [DRIVER...]     (default: every test/conformance/*/testdriver.yaml)
 #
+# A DRIVER is a folder of test/conformance, or any folder (a path) that holds a testdriver.yaml
+# (make bench-volumeperf's, in test/bench/volumeperf). The driver is the one its DriverInfo.Name
+# names. It is a PavProvisioner deployed by make e2e-setup, or whatever the folder's setup.sh
+# installs (a peer of ../shared/peers, for instance): after setup.sh, its CSIDriver must exist.
+#
 # Needs the cluster up with pav and the provisioners deployed (make e2e-setup). Builds what
 # only this needs, once: e2e.test, ginkgo and agnhost (hack/build-tools.sh e2e), and the
 # suite's images (hack/images/build.sh --import e2e-*), which test/conformance/repo-list.yaml
@@ -67,6 +72,18 @@ if [ "${#drivers[@]}" -eq 0 ]; then
   done
 fi
 
+# dir_of DRIVER: the folder of a driver argument, relative to the repository when inside it.
+dir_of() {
+  local d="$1" abs
+  if [[ "$d" != */* ]]; then echo "test/conformance/$d"; return; fi
+  abs="$(cd "$ROOT" && realpath -m "$d")"
+  case "$abs" in "$ROOT"/*) echo "${abs#"$ROOT"/}";; *) echo "$abs";; esac
+}
+# name_of FILE: DriverInfo.Name of a testdriver file (its first "Name:" under DriverInfo).
+name_of() {
+  awk '/^DriverInfo:/ { in_di = 1; next } /^[^ #]/ { in_di = 0 } in_di && $1 == "Name:" { print $2; exit }' "$1" | tr -d '"'"'"
+}
+
 [ -f "$KUBECONFIG" ] || { log "no cluster ($KUBECONFIG): run make e2e-setup first"; exit 1; }
 
 # One run at a time on a cluster. The suite's [Serial] specs assume nothing else runs, and two
@@ -90,42 +107,53 @@ start=$SECONDS
 "$ROOT/hack/images/build.sh" --import conformance
 log "tools and images ready in $((SECONDS - start)) s"
 
-# What a driver needs besides its PavProvisioner (a store, a pool…): setup.sh before the run,
-# teardown.sh after it, whatever happens, so that nothing holds a provisioner afterwards.
-torn=()
+# What a driver needs besides its PavProvisioner (a store, a pool…), or the driver itself (a
+# peer): setup.sh before the run, teardown.sh after it, whatever happens, so that nothing holds
+# a provisioner afterwards. They get KUBECTL, PAV_CLUSTER_DIR and PAV_BIN_DIR.
+hook() { KUBECTL="$BIN/kubectl" PAV_CLUSTER_DIR="$CLUSTER_DIR" PAV_BIN_DIR="$BIN" "$@"; }
+torn=() # "folder|driver" pairs, the last set up first
 # A driver's PVs go before its teardown: their deletion pods may need what teardown.sh
 # removes (an interrupted run leaves claims whose deletion is still under way).
 driver_pvs() { k get pv -o jsonpath="{range .items[?(@.spec.csi.driver==\"$1\")]}{.metadata.name}{\" \"}{end}"; }
 teardown() {
-  local d i
-  for d in "${torn[@]}"; do
+  local t dir d i
+  for t in "${torn[@]}"; do
+    dir="${t%|*}" d="${t##*|}"
     for i in $(seq 180); do [ -z "$(driver_pvs "$d")" ] && break; sleep 1; done
     [ -z "$(driver_pvs "$d")" ] || log "$d: PVs still there after 3 minutes: $(driver_pvs "$d")"
-    log "$d: test/conformance/$d/teardown.sh"
-    KUBECTL="$BIN/kubectl" "$ROOT/test/conformance/$d/teardown.sh" || log "$d: teardown failed"
+    log "$d: ${dir#"$ROOT"/}/teardown.sh"
+    hook "$dir/teardown.sh" || log "$d: teardown failed"
   done
 }
 trap teardown EXIT
 
 args=() names=()
-for d in "${drivers[@]}"; do
-  f="test/conformance/$d/testdriver.yaml"
-  [ -f "$ROOT/$f" ] || { log "no testdriver $f"; exit 2; }
-  k get pav "$d" >/dev/null || { log "PavProvisioner $d is not deployed: run make e2e-setup"; exit 1; }
-  [ ! -x "$ROOT/test/conformance/$d/teardown.sh" ] || torn=("$d" "${torn[@]}")
-  if [ -x "$ROOT/test/conformance/$d/setup.sh" ]; then
-    log "$d: test/conformance/$d/setup.sh"
-    KUBECTL="$BIN/kubectl" "$ROOT/test/conformance/$d/setup.sh"
+for arg in "${drivers[@]}"; do
+  dir="$(dir_of "$arg")"
+  abs="$(cd "$ROOT" && realpath -m "$dir")"
+  f="$abs/testdriver.yaml"
+  [ -f "$f" ] || { log "no testdriver $dir/testdriver.yaml"; exit 2; }
+  d="$(name_of "$f")"
+  [ -n "$d" ] || { log "$dir/testdriver.yaml: no DriverInfo.Name"; exit 2; }
+  if ! k get pav "$d" >/dev/null 2>&1 && [ ! -x "$abs/setup.sh" ]; then
+    log "PavProvisioner $d is not deployed (run make e2e-setup), and $dir has no setup.sh that installs driver $d"; exit 1
   fi
+  [ ! -x "$abs/teardown.sh" ] || torn=("$abs|$d" "${torn[@]}")
+  if [ -x "$abs/setup.sh" ]; then
+    log "$d: $dir/setup.sh"
+    hook "$abs/setup.sh"
+  fi
+  k get csidriver "$d" >/dev/null || { log "driver $d: no CSIDriver $d (run make e2e-setup, or $dir/setup.sh did not install it)"; exit 1; }
   # ginkgo runs e2e.test in e2e.test's directory, and the suite reads some of a testdriver's
   # files (its VolumeSnapshotClass) relative to that, not to -repo-root: each testdriver is
   # given with its files' paths made absolute.
   mkdir -p "$OUT/testdrivers"
-  sed "s#^\( *FromFile: *\)\([^/]\)#\1$ROOT/\2#" "$ROOT/$f" > "$OUT/testdrivers/$d.yaml"
+  sed "s#^\( *FromFile: *\)\([^/]\)#\1$ROOT/\2#" "$f" > "$OUT/testdrivers/$d.yaml"
   args+=("-storage.testdriver=$OUT/testdrivers/$d.yaml")
   names+=("$d")
 done
-focus="External.Storage.*\[Driver: ($(IFS='|'; echo "${names[*]}"))\]"
+# Driver names are regular expressions in the focus: a peer's name has dots.
+focus="External.Storage.*\[Driver: ($(IFS='|'; echo "${names[*]//./\\.}"))\]"
 [ -z "$FOCUS" ] || focus="$focus.*($FOCUS)"
 
 log "drivers ${names[*]}: $PROCS processes, focus '$focus', skip '$SKIP'; output in ${OUT#"$ROOT"/}"

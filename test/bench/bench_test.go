@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/pods-as-volumes/pav/test/procstat"
@@ -143,18 +144,7 @@ func median(ds []time.Duration) time.Duration {
 
 // TestBench measures everything and prints the table.
 func TestBench(t *testing.T) {
-	kc := os.Getenv("KUBECONFIG")
-	if kc == "" {
-		t.Skip("KUBECONFIG is not set: make bench-e2e runs this against the local cluster")
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 200, 400 // the benchmark's own requests must not be what is slow
-	if client, err = kubernetes.NewForConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
+	connect(t)
 	reps := envInt("PAV_BENCH_REPS", 5)
 	ns := envInts("PAV_BENCH_N", []int{20})
 	maxClients := envInt("PAV_BENCH_MAX_CLIENTS", 50)
@@ -208,6 +198,24 @@ func TestBench(t *testing.T) {
 	for _, n := range ns {
 		atOnce(t, ctx, tab, sc, n, min(n, maxClients), procs)
 	}
+}
+
+// connect sets client to the cluster of KUBECONFIG, or skips the test without one.
+func connect(t *testing.T) *rest.Config {
+	t.Helper()
+	kc := os.Getenv("KUBECONFIG")
+	if kc == "" {
+		t.Skip("KUBECONFIG is not set: make bench-e2e and make bench-peers run this against the local cluster")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400 // the benchmark's own requests must not be what is slow
+	if client, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 func nproc() int {
