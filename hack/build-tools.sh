@@ -22,7 +22,10 @@
 #                                  containerd v2.4.2                  (hack/tools/containerd)
 #   etcd                           etcd v3.6.11                       (hack/tools/etcd)
 #   rclone                         rclone v1.76.0, the subset the object-bucket example uses
-#                                  (hack/tools/rclone: local and S3 backends, serve s3, mount)
+#                                  (hack/tools/rclone: local and S3 backends, serve s3, mount),
+#                                  with the example's patch (examples/object-bucket/
+#                                  rclone-close-to-open.patch, applied to a copy of the module's
+#                                  source in _output/src by hack/tools/rclone/patched-source.sh)
 #   kwok                           kwok v0.8.0, the controller that simulates nodes and pods
 #                                  (hack/tools/kwok; test/scale, make bench-scale)
 #   helm                           helm v4.3.1, the CLI (hack/tools/helm): the chart charts/pav
@@ -169,8 +172,13 @@ build containerd "$TOOLS/containerd" \
 build etcd "$TOOLS/etcd" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" "" \
   go.etcd.io/etcd/server/v3=etcd
 
-build rclone "$TOOLS/rclone" "-s -w -X github.com/rclone/rclone/fs.VersionSuffix=" "" \
-  .=rclone
+if wanted rclone; then
+  # The patched source's go.mod (-modfile): its path names the patch's version, which the
+  # group's stamp (GOFLAGS) then follows.
+  rclone_mod="$("$TOOLS/rclone/patched-source.sh" "$ROOT/_output/src")"
+  GOFLAGS="$GOFLAGS -modfile=$rclone_mod" build rclone "$TOOLS/rclone" "-s -w -X github.com/rclone/rclone/fs.VersionSuffix=pav" "" \
+    .=rclone
+fi
 
 build kwok "$TOOLS/kwok" "-s -w" "" \
   sigs.k8s.io/kwok/cmd/kwok=kwok

@@ -1,8 +1,11 @@
 // Command rclone is rclone v1.76.0 (github.com/rclone/rclone, MIT licence) with only what the
 // object-bucket example uses: the local and S3 backends, `serve s3` (the example's in-cluster
-// object store) and `mount2` (its FUSE client, on go-fuse), plus the file commands its pods run. Upstream's
+// object store) and `mount2` (its FUSE client, on go-fuse), plus the file commands its pods run
+// and `rc` (the staging pod asks its mount for pending uploads before unmounting). Upstream's
 // own main (github.com/rclone/rclone/rclone.go) imports every backend and command; building
-// this subset takes a fraction of the time. Built by hack/build-tools.sh into _output/bin/rclone.
+// this subset takes a fraction of the time. Built by hack/build-tools.sh into _output/bin/rclone,
+// from the module's source with examples/object-bucket/rclone-close-to-open.patch applied
+// (patched-source.sh).
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 	_ "github.com/rclone/rclone/cmd/mkdir"
 	_ "github.com/rclone/rclone/cmd/mount2"
 	_ "github.com/rclone/rclone/cmd/purge"
+	_ "github.com/rclone/rclone/cmd/rc"
 	_ "github.com/rclone/rclone/cmd/rcat"
 	_ "github.com/rclone/rclone/cmd/rmdir"
 	_ "github.com/rclone/rclone/cmd/serve"
