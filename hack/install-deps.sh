@@ -7,11 +7,12 @@
 # in /usr/lib/cni), iptables, conntrack (kube-proxy), busybox-static (busybox image),
 # openssl (cluster certificates), util-linux/mount (losetup, mount, nsenter, unshare),
 # iproute2 (ip: the extra nodes' network namespaces, veths and routes), procps, curl, kmod,
-# ca-certificates. Go and the Go module proxy are used by hack/build-tools.sh instead.
+# ca-certificates, patch (hack/tools/rclone/patched-source.sh applies object-bucket's rclone
+# patch). Go and the Go module proxy are used by hack/build-tools.sh instead.
 set -euo pipefail
 
 pkgs=(runc containernetworking-plugins iptables conntrack busybox-static openssl
-      util-linux mount iproute2 procps curl kmod ca-certificates)
+      util-linux mount iproute2 procps curl kmod ca-certificates patch)
 
 missing=()
 for p in "${pkgs[@]}"; do
