@@ -46,7 +46,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -537,56 +536,21 @@ func unfinished(e *v1alpha1.VolumePod) *v1alpha1.VolumePod {
 	return nil
 }
 
-// run runs (or adopts) the pod of the phase's pending entry, recording its UID
-// as soon as it exists. A pod lost before it finished is recorded Lost and
-// given a successor entry (the retry runs it: ABORTED).
+// run runs (or adopts) the pod of the phase's pending entry (runEntry).
 func (j *job) run(ctx context.Context, ph v1alpha1.Phase, op podrunner.Operation) (*podrunner.Result, error) {
-	e := j.pending(ph)
-	if e == nil {
-		return nil, fmt.Errorf("volume %s: no %s pod recorded (a pav bug)", j.v.Spec.VolumeName, ph)
-	}
-	// The pod lives where it was recorded, whatever the template says now.
-	op = withIdentity(op, *e)
-	token := e.Token
-	if err := j.removeOld(ctx, ph, op); err != nil {
-		return nil, err
-	}
-	op.Created = func(ctx context.Context, uid types.UID) error {
-		return j.save(ctx, func(v *v1alpha1.PavVolume) {
-			if e := v.Status.Pod(ph); e != nil && e.Token == token {
-				e.UID = uid
-			}
-			// The pod exists: its namespace is no longer gone.
-			clearNamespaceGone(v)
-		})
-	}
-	res, err := j.s.Pods.Run(ctx, op)
-	if errors.Is(err, podrunner.ErrPodDeleted) {
-		if serr := j.save(ctx, func(v *v1alpha1.PavVolume) {
-			if e := v.Status.Pod(ph); e != nil && e.Token == token {
-				e.Outcome = v1alpha1.PodLost
-			}
-			(&job{s: j.s, p: j.p, v: v}).addPod(ph, op)
-		}); serr != nil {
-			return nil, serr
-		}
-	}
-	return res, err
-}
-
-// removeOld removes the pods of a phase's earlier entries (failed or lost) that
-// may still exist: the new pod has their name, and they would be foreign to
-// its token.
-func (j *job) removeOld(ctx context.Context, ph v1alpha1.Phase, op podrunner.Operation) error {
-	for _, e := range j.v.Status.Pods {
-		if e.Phase != ph || e.Name != op.PodName() || e.Token == op.Token || e.Outcome == v1alpha1.PodRunning {
-			continue
-		}
-		if err := j.s.Pods.Delete(ctx, withIdentity(op, e)); err != nil {
-			return fmt.Errorf("removing the earlier %s pod %s/%s: %w", ph, e.Namespace, e.Name, err)
-		}
-	}
-	return nil
+	return j.s.runEntry(ctx, podLedger{
+		what:    "volume " + j.v.Spec.VolumeName,
+		entries: j.v.Status.Pods,
+		update: func(ctx context.Context, created bool, mutate func(*[]v1alpha1.VolumePod)) error {
+			return j.save(ctx, func(v *v1alpha1.PavVolume) {
+				mutate(&v.Status.Pods)
+				if created {
+					// The pod exists: its namespace is no longer gone.
+					clearNamespaceGone(v)
+				}
+			})
+		},
+	}, ph, op)
 }
 
 // withIdentity is op naming the pod of entry e.
@@ -596,20 +560,13 @@ func withIdentity(op podrunner.Operation, e v1alpha1.VolumePod) podrunner.Operat
 	return op
 }
 
-// removeDone removes every pod whose outcome is recorded; Delete leaves alone
-// what is gone or not pav's.
+// removeDone removes every pod whose outcome is recorded (removeDonePods).
 func (j *job) removeDone(ctx context.Context) error {
-	for _, e := range j.v.Status.Pods {
-		if e.Outcome == v1alpha1.PodRunning || e.Outcome == v1alpha1.PodLost {
-			continue
-		}
-		op := withIdentity(j.podOp(e.Phase, "", corev1.PodTemplateSpec{}), e)
+	return j.s.removeDonePods(ctx, j.v.Status.Pods, func(e v1alpha1.VolumePod) podrunner.Operation {
+		op := j.podOp(e.Phase, "", corev1.PodTemplateSpec{})
 		op.VolumeKey = j.keyOf(e)
-		if err := j.s.Pods.Delete(ctx, op); err != nil {
-			return fmt.Errorf("removing the finished %s pod %s/%s: %w", e.Phase, e.Namespace, e.Name, err)
-		}
-	}
-	return nil
+		return op
+	})
 }
 
 // keyOf is the volume key of a recorded pod: the one whose PodName it has.
@@ -1132,17 +1089,7 @@ func (s *Server) byHandle(ctx context.Context, handle string) (*v1alpha1.PavVolu
 			vs = append(vs, v)
 		}
 	}
-	switch len(vs) {
-	case 0:
-		return nil, nil
-	case 1:
-		return vs[0], nil
-	}
-	names := make([]string, len(vs))
-	for i, v := range vs {
-		names[i] = v.Name
-	}
-	return nil, grpcerr.Errorf(codes.FailedPrecondition, "PavVolumes %s all have handle %q; a handle must be unique: a human must tell which is right", strings.Join(names, ", "), handle)
+	return onlyRecord("PavVolumes", handle, vs)
 }
 
 // ValidateVolumeCapabilities confirms capabilities against spec.volumeValidation

@@ -47,7 +47,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -366,55 +365,22 @@ func (j *groupJob) pending(ph v1alpha1.Phase) *v1alpha1.VolumePod {
 	return unfinished(j.g.Status.Pod(ph))
 }
 
-// run runs (or adopts) the pod of the phase's pending entry, as job.run does
-// for volumes.
+// run runs (or adopts) the pod of the phase's pending entry (runEntry).
 func (j *groupJob) run(ctx context.Context, ph v1alpha1.Phase, op podrunner.Operation) (*podrunner.Result, error) {
-	e := j.pending(ph)
-	if e == nil {
-		return nil, fmt.Errorf("group snapshot %s: no %s pod recorded (a pav bug)", j.name(), ph)
-	}
-	op = withIdentity(op, *e)
-	token := e.Token
-	for _, old := range j.g.Status.Pods {
-		if old.Phase == ph && old.Name == op.PodName() && old.Token != token && old.Outcome != v1alpha1.PodRunning {
-			if err := j.s.Pods.Delete(ctx, withIdentity(op, old)); err != nil {
-				return nil, fmt.Errorf("removing the earlier %s pod %s/%s: %w", ph, old.Namespace, old.Name, err)
-			}
-		}
-	}
-	op.Created = func(ctx context.Context, uid types.UID) error {
-		return j.save(ctx, func(g *v1alpha1.PavGroupSnapshot) {
-			if e := g.Status.Pod(ph); e != nil && e.Token == token {
-				e.UID = uid
-			}
-		})
-	}
-	res, err := j.s.Pods.Run(ctx, op)
-	if errors.Is(err, podrunner.ErrPodDeleted) {
-		if serr := j.save(ctx, func(g *v1alpha1.PavGroupSnapshot) {
-			if e := g.Status.Pod(ph); e != nil && e.Token == token {
-				e.Outcome = v1alpha1.PodLost
-			}
-			(&groupJob{s: j.s, p: j.p, g: g}).addPod(ph, op)
-		}); serr != nil {
-			return nil, serr
-		}
-	}
-	return res, err
+	return j.s.runEntry(ctx, podLedger{
+		what:    "group snapshot " + j.name(),
+		entries: j.g.Status.Pods,
+		update: func(ctx context.Context, _ bool, mutate func(*[]v1alpha1.VolumePod)) error {
+			return j.save(ctx, func(r *v1alpha1.PavGroupSnapshot) { mutate(&r.Status.Pods) })
+		},
+	}, ph, op)
 }
 
-// removeDone removes every group pod whose outcome is recorded.
+// removeDone removes every pod whose outcome is recorded (removeDonePods).
 func (j *groupJob) removeDone(ctx context.Context) error {
-	for _, e := range j.g.Status.Pods {
-		if e.Outcome == v1alpha1.PodRunning || e.Outcome == v1alpha1.PodLost {
-			continue
-		}
-		op := withIdentity(PodOperation(j.p.Name, e.Phase, GroupSnapshotKey(j.name()), corev1.PodTemplateSpec{}), e)
-		if err := j.s.Pods.Delete(ctx, op); err != nil {
-			return fmt.Errorf("removing the finished %s pod %s/%s: %w", e.Phase, e.Namespace, e.Name, err)
-		}
-	}
-	return nil
+	return j.s.removeDonePods(ctx, j.g.Status.Pods, func(e v1alpha1.VolumePod) podrunner.Operation {
+		return PodOperation(j.p.Name, e.Phase, GroupSnapshotKey(j.name()), corev1.PodTemplateSpec{})
+	})
 }
 
 // lockMembers takes the in-flight keys of the group's members (their
@@ -1018,17 +984,7 @@ func (s *Server) groupByHandle(ctx context.Context, handle string) (*v1alpha1.Pa
 	if err != nil {
 		return nil, err
 	}
-	switch len(gs) {
-	case 0:
-		return nil, nil
-	case 1:
-		return gs[0], nil
-	}
-	names := make([]string, len(gs))
-	for i, g := range gs {
-		names[i] = g.Name
-	}
-	return nil, grpcerr.Errorf(codes.FailedPrecondition, "PavGroupSnapshots %s all have handle %q; a handle must be unique: a human must tell which is right", strings.Join(names, ", "), handle)
+	return onlyRecord("PavGroupSnapshots", handle, gs)
 }
 
 // DeleteVolumeGroupSnapshot deletes a group pav made: its members'

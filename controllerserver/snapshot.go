@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -22,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
@@ -247,56 +245,22 @@ func (j *snapJob) pending(ph v1alpha1.Phase) *v1alpha1.VolumePod {
 	return unfinished(j.v.Status.Pod(ph))
 }
 
-// run runs (or adopts) the pod of the phase's pending entry, as job.run does
-// for volumes: the UID recorded as soon as the pod exists, a lost pod
-// recorded Lost with a successor entry.
+// run runs (or adopts) the pod of the phase's pending entry (runEntry).
 func (j *snapJob) run(ctx context.Context, ph v1alpha1.Phase, op podrunner.Operation) (*podrunner.Result, error) {
-	e := j.pending(ph)
-	if e == nil {
-		return nil, fmt.Errorf("snapshot %s: no %s pod recorded (a pav bug)", j.v.Spec.SnapshotName, ph)
-	}
-	op = withIdentity(op, *e)
-	token := e.Token
-	for _, old := range j.v.Status.Pods {
-		if old.Phase == ph && old.Name == op.PodName() && old.Token != token && old.Outcome != v1alpha1.PodRunning {
-			if err := j.s.Pods.Delete(ctx, withIdentity(op, old)); err != nil {
-				return nil, fmt.Errorf("removing the earlier %s pod %s/%s: %w", ph, old.Namespace, old.Name, err)
-			}
-		}
-	}
-	op.Created = func(ctx context.Context, uid types.UID) error {
-		return j.save(ctx, func(v *v1alpha1.PavSnapshot) {
-			if e := v.Status.Pod(ph); e != nil && e.Token == token {
-				e.UID = uid
-			}
-		})
-	}
-	res, err := j.s.Pods.Run(ctx, op)
-	if errors.Is(err, podrunner.ErrPodDeleted) {
-		if serr := j.save(ctx, func(v *v1alpha1.PavSnapshot) {
-			if e := v.Status.Pod(ph); e != nil && e.Token == token {
-				e.Outcome = v1alpha1.PodLost
-			}
-			(&snapJob{s: j.s, p: j.p, v: v}).addPod(ph, op)
-		}); serr != nil {
-			return nil, serr
-		}
-	}
-	return res, err
+	return j.s.runEntry(ctx, podLedger{
+		what:    "snapshot " + j.v.Spec.SnapshotName,
+		entries: j.v.Status.Pods,
+		update: func(ctx context.Context, _ bool, mutate func(*[]v1alpha1.VolumePod)) error {
+			return j.save(ctx, func(r *v1alpha1.PavSnapshot) { mutate(&r.Status.Pods) })
+		},
+	}, ph, op)
 }
 
-// removeDone removes every pod whose outcome is recorded.
+// removeDone removes every pod whose outcome is recorded (removeDonePods).
 func (j *snapJob) removeDone(ctx context.Context) error {
-	for _, e := range j.v.Status.Pods {
-		if e.Outcome == v1alpha1.PodRunning || e.Outcome == v1alpha1.PodLost {
-			continue
-		}
-		op := withIdentity(PodOperation(j.p.Name, e.Phase, SnapshotKey(j.v.Spec.SnapshotName), corev1.PodTemplateSpec{}), e)
-		if err := j.s.Pods.Delete(ctx, op); err != nil {
-			return fmt.Errorf("removing the finished %s pod %s/%s: %w", e.Phase, e.Namespace, e.Name, err)
-		}
-	}
-	return nil
+	return j.s.removeDonePods(ctx, j.v.Status.Pods, func(e v1alpha1.VolumePod) podrunner.Operation {
+		return PodOperation(j.p.Name, e.Phase, SnapshotKey(j.v.Spec.SnapshotName), corev1.PodTemplateSpec{})
+	})
 }
 
 // resume carries a snapshot's creation on from its record's phase.
@@ -547,22 +511,18 @@ func (s *Server) deleteSnapshot(ctx context.Context, handle string) error {
 	if err != nil {
 		return err
 	}
-	switch len(vs) {
-	case 0:
-		klog.FromContext(ctx).V(2).Info("DeleteSnapshot of a snapshot pav has no record of: nothing to do", "handle", handle)
-		return nil
-	case 1:
-	default:
-		names := make([]string, len(vs))
-		for i, v := range vs {
-			names[i] = v.Name
-		}
-		return grpcerr.Errorf(codes.FailedPrecondition, "PavSnapshots %s all have handle %q; a handle must be unique: a human must tell which is right", strings.Join(names, ", "), handle)
-	}
-	if err := s.memberOfBusyGroup(ctx, vs[0]); err != nil {
+	v, err := onlyRecord("PavSnapshots", handle, vs)
+	if err != nil {
 		return err
 	}
-	return s.deleteSnapshotRecord(ctx, p, vs[0])
+	if v == nil {
+		klog.FromContext(ctx).V(2).Info("DeleteSnapshot of a snapshot pav has no record of: nothing to do", "handle", handle)
+		return nil
+	}
+	if err := s.memberOfBusyGroup(ctx, v); err != nil {
+		return err
+	}
+	return s.deleteSnapshotRecord(ctx, p, v)
 }
 
 // deleteSnapshotRecord deletes a snapshot pav recorded: its snapshotDeletion
