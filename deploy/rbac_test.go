@@ -194,13 +194,15 @@ func TestLeastPrivilege(t *testing.T) {
 		// external-snapshot-metadata authenticates and authorizes backup
 		// applications and reads what turns a VolumeSnapshot into a handle;
 		// it never writes a snapshot, reads no Secret (pav passes no CSI
-		// secrets) and no SnapshotMetadataService (it is given --audience).
+		// secrets), and reads its driver's SnapshotMetadataService by name
+		// for the audience (v1.1.0 does on every request), never lists them.
 		{"pav-controller", "authentication.k8s.io", "tokenreviews", "create", true},
 		{"pav-controller", "authorization.k8s.io", "subjectaccessreviews", "create", true},
 		{"pav-controller", "snapshot.storage.k8s.io", "volumesnapshotclasses", "list", true},
 		{"pav-controller", "", "secrets", "get", false},
 		{"pav-controller", "", "secrets", "list", false},
-		{"pav-controller", "cbt.storage.k8s.io", "snapshotmetadataservices", "get", false},
+		{"pav-controller", "cbt.storage.k8s.io", "snapshotmetadataservices", "get", true},
+		{"pav-controller", "cbt.storage.k8s.io", "snapshotmetadataservices", "list", false},
 		{"pav-controller", "cbt.storage.k8s.io", "snapshotmetadataservices", "create", false},
 		{"pav-controller", "authentication.k8s.io", "tokenreviews", "get", false},
 	} {

@@ -124,8 +124,9 @@ func addSnapshotMetadataSidecar(spec *corev1.PodSpec, provisioner string) {
 			"--tls-key=" + snapshotMetadataTLSDir + "/" + keyKey,
 			"--port=" + strconv.Itoa(snapshotMetadataPort),
 			"--http-endpoint=:" + strconv.Itoa(snapshotMetadataHTTPPort),
-			// The audience the SnapshotMetadataService says, given
-			// directly: the sidecar then never reads that object.
+			// The audience the SnapshotMetadataService says. v1.1.0
+			// still gets that object by name on every request to
+			// authenticate the caller (its ClusterRole allows that get).
 			"--audience=" + SnapshotMetadataAudience(provisioner),
 			"--kube-api-qps=50",
 			"--kube-api-burst=100",

@@ -343,13 +343,17 @@ func TestCSISanityOnCluster(t *testing.T) {
 	if err := os.Symlink(ctrlSock, ctrlLink); err != nil {
 		t.Fatal(err)
 	}
+	// pav-e2e snapshots and restores only volumes of its scenario backend
+	// (a directory or image in /srv/pav-e2e/backend): csi-sanity's volumes
+	// are of that scenario, so that its snapshot specs run too.
 	params := filepath.Join(work, "params.yaml")
-	if err := os.WriteFile(params, []byte("{}\n"), 0o644); err != nil {
+	if err := os.WriteFile(params, []byte("scenario: backend\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin,
 		"--csi.endpoint", "/var/lib/kubelet/plugins/"+driver+"/csi.sock",
 		"--csi.controllerendpoint", ctrlLink,
+		"--csi.testvolumeparameters", params,
 		"--csi.mountdir", filepath.Join(work, "target"),
 		"--csi.stagingdir", filepath.Join(work, "staging"),
 		"--csi.testvolumesize", "1048576",
