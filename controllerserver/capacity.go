@@ -181,7 +181,8 @@ func CapacityOperation(ctx context.Context, eval *phase.Evaluator, p *v1alpha1.P
 
 // capacitySegment is the segment a GetCapacity asks for, as the capacity
 // context's `segment`: {} for a provisioner without spec.topology (its
-// volumes are reachable from every node, so there is one segment), else the
+// volumes are reachable from every node, so there is one segment; the
+// request names the phase.EveryNodeSegment its node plugins report), else the
 // request's, whose keys must be among spec.topology.nodeLabels (they are
 // node labels: the capacity pod is pinned by them).
 func capacitySegment(t *csi.Topology, keys []string) (map[string]string, error) {

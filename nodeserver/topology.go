@@ -12,8 +12,10 @@ import (
 )
 
 // segment is this node's topology segment for a provisioner with
-// spec.topology: the values of its nodeLabels on this node's Node object
-// (nil without spec.topology). kubelet asks for it when node-driver-registrar
+// spec.topology: the values of its nodeLabels on this node's Node object;
+// phase.EveryNodeSegment for one with spec.storageCapacity and no
+// spec.topology (the segment its CSIStorageCapacity objects select); else
+// nil. kubelet asks for it when node-driver-registrar
 // registers the plugin; an error fails the registration, and the registrar
 // exits and retries on its restart, so a missing label is FAILED_PRECONDITION
 // naming the node and the label: the operator sees it in the registrar's log
@@ -31,6 +33,9 @@ func (s *Server) segment(ctx context.Context) (map[string]string, error) {
 		return nil, grpcerr.WithCode(codes.FailedPrecondition, err)
 	}
 	if len(f.TopologyKeys) == 0 {
+		if f.Capacity {
+			return phase.EveryNodeSegment(p.Name), nil
+		}
 		return nil, nil
 	}
 	if s.Client == nil {

@@ -26,6 +26,7 @@ func TestNodeGetInfoTopology(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		topology string // spec.topology, "" for none
+		capacity bool   // spec.storageCapacity
 		client   bool
 		want     map[string]string // nil: no accessible topology
 		code     codes.Code
@@ -33,6 +34,11 @@ func TestNodeGetInfoTopology(t *testing.T) {
 	}{
 		{name: "without topology: the node ID only", client: true},
 		{name: "without topology nor API: the node ID only"},
+		// external-provisioner keeps no CSIStorageCapacity of an empty segment.
+		{name: "capacity without topology: the provisioner's every-node segment", capacity: true,
+			want: map[string]string{"capacity.pav.albertofaria.github.io/local": "true"}},
+		{name: "capacity with topology: the topology's segment", capacity: true, topology: "{nodeLabels: [kubernetes.io/hostname]}", client: true,
+			want: map[string]string{"kubernetes.io/hostname": "worker-1"}},
 		{name: "node-local", topology: "{nodeLabels: [kubernetes.io/hostname]}", client: true,
 			want: map[string]string{"kubernetes.io/hostname": "worker-1"}},
 		{name: "zonal and node-local", topology: "{nodeLabels: [topology.kubernetes.io/zone, kubernetes.io/hostname]}", client: true,
@@ -46,6 +52,10 @@ func TestNodeGetInfoTopology(t *testing.T) {
 			spec := "provisioningModes: [Static]\nvolumeStaging: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}\n"
 			if c.topology != "" {
 				spec += "topology: " + c.topology + "\n"
+			}
+			if c.capacity {
+				spec = strings.Replace(spec, "[Static]", "[Dynamic]", 1) + "volumeCreation: {capacity: 1Mi}\n" +
+					"storageCapacity: {podTemplate: {spec: {containers: [{name: c, image: b}]}}}\n"
 			}
 			p := &v1alpha1.PavProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "local"}}
 			if err := yaml.UnmarshalStrict([]byte(spec), &p.Spec); err != nil {

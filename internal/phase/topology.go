@@ -15,6 +15,27 @@ import (
 // selected node.
 const HostnameKey = "kubernetes.io/hostname"
 
+// EveryNodeKeyPrefix starts the topology key of a provisioner that tracks
+// capacity (spec.storageCapacity) without spec.topology: see EveryNodeSegment.
+const EveryNodeKeyPrefix = "capacity.pav.albertofaria.github.io/"
+
+// EveryNodeSegment is the topology segment the node plugin of a provisioner
+// with spec.storageCapacity and no spec.topology reports: one key of its own,
+// "true" on every node it runs on. Its volumes are reachable from every node,
+// so its capacity is one figure; but external-provisioner's capacity
+// controller (v6.3.0) cannot keep the CSIStorageCapacity object of an empty
+// segment: it writes nodeTopology {matchLabels: {}}, reads back {} and
+// deletes its own object as obsolete, over and over, so the scheduler finds
+// no capacity for the class. The KEP has central capacity tracking rely on
+// drivers reporting a topology; this one selects exactly the nodes where the
+// provisioner's node plugin registered (the kubelet labels the Node with
+// it). The driver does not advertise VOLUME_ACCESSIBILITY_CONSTRAINTS for
+// it, so volumes get no accessibility requirements and PVs no node
+// affinity: only the CSIStorageCapacity objects select by it.
+func EveryNodeSegment(provisioner string) map[string]string {
+	return map[string]string{EveryNodeKeyPrefix + provisioner: "true"}
+}
+
 // NodeSegment is a node's topology segment (NodeGetInfo's accessible
 // topology): the values of its labels keys. A node that lacks one cannot be
 // placed, so that is an error naming the node and the label.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
+	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
@@ -448,7 +450,17 @@ func TestCapacityPodWritesGarbage(t *testing.T) {
 
 	// Fixed: the capacity is published, and the waiting claim gets its volume.
 	kubectlApply(t, garbageProvisioner(name, "1Gi"))
-	e.waitCapacities(sc, []string{""}, capacityIs(map[string]string{"": "1Gi"}))
+	got := e.waitCapacities(sc, []string{""}, capacityIs(map[string]string{"": "1Gi"}))
+	// One object for every node, which stays (external-provisioner deletes
+	// its own object of an empty segment at once): it selects the nodes
+	// where the provisioner's node plugin registered.
+	if sel := got[""].NodeTopology; sel == nil || !reflect.DeepEqual(sel.MatchLabels, phase.EveryNodeSegment(name)) || len(sel.MatchExpressions) > 0 {
+		t.Errorf("the object's nodeTopology %v, want the labels %v", sel, phase.EveryNodeSegment(name))
+	}
+	time.Sleep(3 * time.Second)
+	if again, err := capacities(e.ctx, sc); err != nil || len(again[""]) != 1 || again[""][0].UID != got[""].UID {
+		t.Errorf("CSIStorageCapacity objects a moment later: %v (%v), want the same one", again, err)
+	}
 	e.waitPodRunning("client")
 	e.waitBound("data")
 }
