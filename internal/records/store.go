@@ -200,9 +200,18 @@ func (s *store[T]) Get(ctx context.Context, csiName string) (T, error) {
 		return none, s.kind.notStarted
 	}
 	name := s.kind.recordName(csiName)
+	// The overlay and the cache are read together, under s.mu, as in list.
 	s.mu.Lock()
 	w, ok := s.written[name]
 	_, stale := s.stale[name]
+	var cached T
+	if !ok && !stale {
+		if obj, exists, err := s.informer.GetIndexer().GetByKey(name); err == nil && exists {
+			if v, isT := obj.(T); isT {
+				cached = s.kind.deepCopy(v)
+			}
+		}
+	}
 	s.mu.Unlock()
 	switch {
 	case stale:
@@ -212,12 +221,8 @@ func (s *store[T]) Get(ctx context.Context, csiName string) (T, error) {
 		return none, nil
 	case ok:
 		return s.check(s.kind.deepCopy(w.obj), csiName)
-	default:
-		if obj, exists, err := s.informer.GetIndexer().GetByKey(name); err == nil && exists {
-			if v, ok := obj.(T); ok {
-				return s.check(s.kind.deepCopy(v), csiName)
-			}
-		}
+	case !isNil(cached):
+		return s.check(cached, csiName)
 	}
 	// Not cached: either there is none, or the cache lags (or it is another
 	// provisioner's, which the informer does not see). Ask the API server.
@@ -272,12 +277,14 @@ func (s *store[T]) ByHandle(ctx context.Context, handle string, live bool) ([]T,
 	label := v1alpha1.HandleLabel(handle)
 	var out []T
 	if !live {
+		// Under s.mu, as list's.
+		s.mu.Lock()
 		objs, err := s.informer.GetIndexer().ByIndex(s.kind.index, label)
 		if err != nil {
+			s.mu.Unlock()
 			return nil, err
 		}
 		seen := map[string]bool{}
-		s.mu.Lock()
 		for _, obj := range objs {
 			v, ok := obj.(T)
 			if !ok {
@@ -325,6 +332,12 @@ func (s *store[T]) list() ([]T, error) {
 	if !s.Synced() {
 		return nil, s.kind.notStarted
 	}
+	// The cache is read under s.mu, with the overlay: the handlers forget a
+	// write (under s.mu) once the cache holds it, so a cache read before
+	// the lock could miss a record whose write is forgotten by the time the
+	// overlay is read, or keep one whose deletion is.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	byName := map[string]T{}
 	for _, obj := range s.informer.GetIndexer().List() {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
@@ -337,7 +350,6 @@ func (s *store[T]) list() ([]T, error) {
 			byName[v.GetName()] = v
 		}
 	}
-	s.mu.Lock()
 	for name, w := range s.written {
 		if isNil(w.obj) {
 			delete(byName, name)
@@ -349,7 +361,6 @@ func (s *store[T]) list() ([]T, error) {
 	for _, v := range byName {
 		out = append(out, s.kind.deepCopy(v))
 	}
-	s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
 	return out, nil
 }
