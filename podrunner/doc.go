@@ -78,7 +78,10 @@
 // and the container runs `pav-report --exec -- COMMAND` (report.Exec), which
 // runs the command as its child and writes the report to the container's own
 // termination message when it ends, with its exit code. The pod is then a bare
-// pod plus one mount, and costs the kubelet nothing more. Which container
+// pod plus one mount, and costs the kubelet nothing more. Its success is taken
+// as soon as the container's end is published with that message: the kubelet
+// publishes the terminal phase only after it has stopped the pod's sandbox,
+// about a second later (a failure still waits for it: it says why). Which container
 // reports is read from the pod's spec (Wrapped), so a pod adopted from a
 // driver in the other mode is read right. The image's entrypoint is known only
 // on the node, so a template without a command, or with more than one
@@ -126,7 +129,11 @@
 // Run never deletes the pod. The caller first records the outcome (handle,
 // capacity, failure) and then removes the pod with Delete, which checks the
 // same identity, never deletes a pod pav did not create, and waits until the
-// informer has seen the pod gone. So a driver that dies between a pod's end
+// informer has seen the pod gone. A pod whose containers have all ended while
+// its phase is not yet terminal is deleted with grace 0, so that the API
+// server removes it at once rather than wait for the kubelet to stop a pod
+// that runs nothing (it does so for a terminal pod anyway); not one that
+// mounts a claim, which must stay in use while the kubelet unmounts it. So a driver that dies between a pod's end
 // and the record finds the finished pod again and reads its result, instead
 // of running the phase twice. If the caller's context ends before an outcome,
 // the pod is left alone, for the retry to adopt. Discard is Delete without the

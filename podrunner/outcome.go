@@ -128,6 +128,20 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, time
 		}
 	}
 
+	if op.HostPath == "" && isWrapped && !finished(pod) && endedInFact(pod) {
+		// The kubelet publishes a pod's terminal phase only once it has
+		// stopped the pod's sandbox, a relist or so after its containers
+		// ended (about a second, measured); the wrapped container's end,
+		// with pav-report's report, is published first. Every container
+		// of a restartPolicy Never pod has ended: nothing can run again,
+		// so a success is taken now. A failure waits for the pod's
+		// status, which says why.
+		if s := containerStatus(pod.Status.ContainerStatuses, wrappedName); s.State.Terminated.ExitCode == 0 && wrapperFailedToStart(s) == nil {
+			files, perr := report.Parse(s.State.Terminated.Message)
+			return finishedVerdict(op, pod, true, files, perr)
+		}
+	}
+
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded, corev1.PodFailed:
 		succeeded := pod.Status.Phase == corev1.PodSucceeded
@@ -353,6 +367,41 @@ func allRunning(pod *corev1.Pod) bool {
 		}
 	}
 	return len(pod.Spec.Containers) > 0
+}
+
+// endedInFact: every container of the pod (init containers, sidecars and
+// regular ones) has a terminated state and none can be restarted
+// (restartPolicy Never, no sidecar), whatever phase the kubelet has
+// published yet. Nothing of the pod runs any more; only its sandbox and
+// volumes are left for the kubelet to tear down.
+func endedInFact(pod *corev1.Pod) bool {
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || len(pod.Spec.Containers) == 0 {
+		return false
+	}
+	ended := func(containers []corev1.Container, statuses []corev1.ContainerStatus) bool {
+		for _, c := range containers {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				return false // a sidecar: stopped only with the pod
+			}
+			if s := containerStatus(statuses, c.Name); s == nil || s.State.Terminated == nil {
+				return false
+			}
+		}
+		return true
+	}
+	return ended(pod.Spec.InitContainers, pod.Status.InitContainerStatuses) && ended(pod.Spec.Containers, pod.Status.ContainerStatuses)
+}
+
+// usesClaims: the pod mounts a PersistentVolumeClaim, a generic ephemeral
+// volume or a CSI inline volume, whose teardown other controllers count on
+// the pod's existence for.
+func usesClaims(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func containerStatus(statuses []corev1.ContainerStatus, name string) *corev1.ContainerStatus {

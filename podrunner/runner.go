@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/report"
@@ -895,6 +896,17 @@ func (r *Runner) waitGone(ctx context.Context, pw *podWatch, uid types.UID, seen
 func (r *Runner) deletePod(ctx context.Context, pod *corev1.Pod) error {
 	bg := metav1.DeletePropagationBackground
 	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
+	if !finished(pod) && endedInFact(pod) && !usesClaims(pod) {
+		// Its containers have all ended but the kubelet has not published
+		// the terminal phase yet: a graceful deletion would wait for the
+		// kubelet to stop a pod that runs nothing (the API server removes
+		// a terminal pod at once anyway). The kubelet tears down the
+		// sandbox and the pod's own volumes of a pod it no longer finds.
+		// Not a pod that mounts a claim: while the kubelet still has it
+		// mounted, the claim must stay in use (PVC protection counts the
+		// pods that exist).
+		opts.GracePeriodSeconds = ptr.To[int64](0)
+	}
 	if pod.UID != "" {
 		uid := pod.UID
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}

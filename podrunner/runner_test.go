@@ -943,6 +943,73 @@ func TestWrappedNodePodEndsAtItsExitFile(t *testing.T) {
 	e.remove(bad)
 }
 
+// A wrapped controller-side pod has ended once its only container has, with
+// pav-report's message: a success is taken then, before the kubelet publishes
+// the terminal phase (here an hour later), and Delete removes the pod at once
+// (grace 0: it runs nothing) instead of waiting for the kubelet. A pod that
+// mounts a claim is deleted gracefully all the same, and a failure waits for
+// the pod's status, which says why.
+func TestWrappedControllerPodEndsWithItsContainer(t *testing.T) {
+	exec := func(c *podrunner.Config) { c.Report = podrunner.ReportExec }
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Succeed, Files: map[string]string{"handle": "h-1"}}),
+		envOpts{cfg: exec, kubelet: fakekubelet.Options{PhaseLag: time.Hour, DeletionDelay: time.Hour}})
+	for _, c := range []struct {
+		name     string
+		claim    bool
+		wantGone bool
+	}{
+		{name: "no claim: removed at once", wantGone: true},
+		{name: "a claim: deleted gracefully", claim: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			op := creationOp("pvc-" + strings.ReplaceAll(c.name[:4], " ", "-"))
+			if c.claim {
+				op.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+			}
+			if got := reportedBy(t, e.runner, op); got != podrunner.ReportExec {
+				t.Fatalf("the pod is not wrapped (%s)", got)
+			}
+			uids := recordUID(&op)
+			ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+			defer cancel()
+			res, err := e.runner.Run(ctx, op)
+			if err != nil || res.Files["handle"] != "h-1" {
+				t.Fatalf("res %+v err %v", res, err)
+			}
+			p, err := e.getPod(op)
+			if err != nil || p.Status.Phase != corev1.PodRunning {
+				t.Fatalf("the pod's end was published (%v, %v): the container's end was not what ended the wait", podPhase(p), err)
+			}
+			op.UID = (*uids)[0]
+			if err := e.runner.Discard(e.ctx, op); err != nil {
+				t.Fatal(err)
+			}
+			p, err = e.getPod(op)
+			switch {
+			case c.wantGone && !apierrors.IsNotFound(err):
+				t.Errorf("pod %v (%v) after Discard; want it removed at once", podPhase(p), err)
+			case !c.wantGone && (err != nil || p.DeletionTimestamp == nil):
+				t.Errorf("pod %v (%v) after Discard; want it being deleted gracefully", p, err)
+			}
+		})
+	}
+
+	e = newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "no backend"}}),
+		envOpts{cfg: exec, kubelet: fakekubelet.Options{PhaseLag: 300 * time.Millisecond}})
+	bad := creationOp("bad")
+	start := time.Now()
+	_, err := e.runner.Run(e.ctx, bad)
+	f := mustFail(t, err)
+	if f.ExitCodes["main"] != 3 || f.ErrorFile != "no backend" || f.PodPhase != corev1.PodFailed {
+		t.Errorf("failure %+v", f)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Error("a failure was taken from the container's end, without the pod's status")
+	}
+	e.remove(bad)
+}
+
 func TestNodeModeRefusesOtherNodes(t *testing.T) {
 	e := newEnv(t, always(fakekubelet.Outcome{}), envOpts{cfg: func(c *podrunner.Config) { c.NodeName = "node-a" }})
 	op := stagingOp("vol-4", "node-b", "/tmp/x")

@@ -126,6 +126,11 @@ type Options struct {
 	// code (/pav/.pav-exit) the pod's end is published: the real kubelet's
 	// relist, up to its 1 s period.
 	StatusLag time.Duration
+	// PhaseLag is how long after a wrapped pod's containers ended (their
+	// terminated states published, pav-report's message with them) the
+	// pod's terminal phase is published: the real kubelet's publishes it
+	// only once it has stopped the pod's sandbox.
+	PhaseLag time.Duration
 }
 
 var (
@@ -757,6 +762,7 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 	}
 	// A wrapped command's pav-report writes the report as the container ends.
 	wrapped, isWrapped := podrunner.Wrapped(pod)
+	lagPhase := isWrapped && k.opts.PhaseLag > 0 && !deleted
 	wrappedMsg := ""
 	if isWrapped && dir != "" && !out.NoReport {
 		wrappedMsg = kubeletTruncate(k.reportWithLogFiles(pod, wrapped, dir, execBudget(pod)), pod)
@@ -777,10 +783,18 @@ func (k *Kubelet) lifecycle(ctx context.Context, st *podState, pod *corev1.Pod) 
 		}
 		setCondition(p, corev1.ContainersReady, corev1.ConditionFalse, "PodCompleted", "")
 		setCondition(p, corev1.PodReady, corev1.ConditionFalse, "PodCompleted", "")
-		if out.ReportLag > 0 || out.NoReport || isWrapped {
+		if (out.ReportLag > 0 || out.NoReport || isWrapped) && !lagPhase {
 			p.Status.Phase = phase
 		}
 	})
+	if lagPhase {
+		if d, ok := wait(k.opts.PhaseLag); !ok {
+			return
+		} else if d {
+			deleted = true
+		}
+		k.mutate(st, func(p *corev1.Pod) { p.Status.Phase = phase })
+	}
 
 	if out.NoReport {
 		if deleted {
