@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"strings"
+
+	"google.golang.org/grpc/codes"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/grpcerr"
 	"github.com/pods-as-volumes/pav/podrunner"
-	"google.golang.org/grpc/codes"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // podLedger is what running a phase pod needs of a record (PavVolume,
@@ -26,21 +26,11 @@ type podLedger struct {
 	update func(ctx context.Context, created bool, mutate func(entries *[]v1alpha1.VolumePod)) error
 }
 
-// lastEntry is the last pod entry of a phase, or nil.
-func lastEntry(entries []v1alpha1.VolumePod, ph v1alpha1.Phase) *v1alpha1.VolumePod {
-	for i := len(entries) - 1; i >= 0; i-- {
-		if entries[i].Phase == ph {
-			return &entries[i]
-		}
-	}
-	return nil
-}
-
 // runEntry runs (or adopts) the pod of the phase's pending entry, recording
 // its UID as soon as it exists. A pod lost before it finished is recorded
 // Lost and given a successor entry (the retry runs it: ABORTED).
 func (s *Server) runEntry(ctx context.Context, l podLedger, ph v1alpha1.Phase, op podrunner.Operation) (*podrunner.Result, error) {
-	e := unfinished(lastEntry(l.entries, ph))
+	e := unfinished(v1alpha1.LastPod(l.entries, ph))
 	if e == nil {
 		return nil, fmt.Errorf("%s: no %s pod recorded (a pav bug)", l.what, ph)
 	}
@@ -59,7 +49,7 @@ func (s *Server) runEntry(ctx context.Context, l podLedger, ph v1alpha1.Phase, o
 	}
 	op.Created = func(ctx context.Context, uid types.UID) error {
 		return l.update(ctx, true, func(entries *[]v1alpha1.VolumePod) {
-			if e := lastEntry(*entries, ph); e != nil && e.Token == token {
+			if e := v1alpha1.LastPod(*entries, ph); e != nil && e.Token == token {
 				e.UID = uid
 			}
 		})
@@ -67,7 +57,7 @@ func (s *Server) runEntry(ctx context.Context, l podLedger, ph v1alpha1.Phase, o
 	res, err := s.Pods.Run(ctx, op)
 	if errors.Is(err, podrunner.ErrPodDeleted) {
 		if serr := l.update(ctx, false, func(entries *[]v1alpha1.VolumePod) {
-			if e := lastEntry(*entries, ph); e != nil && e.Token == token {
+			if e := v1alpha1.LastPod(*entries, ph); e != nil && e.Token == token {
 				e.Outcome = v1alpha1.PodLost
 			}
 			*entries = s.addPodEntry(*entries, ph, op)

@@ -114,14 +114,7 @@ type GroupMemberSnapshot struct {
 }
 
 // Pod returns the last pod entry of a phase, or nil.
-func (s *PavGroupSnapshotStatus) Pod(ph Phase) *VolumePod {
-	for i := len(s.Pods) - 1; i >= 0; i-- {
-		if s.Pods[i].Phase == ph {
-			return &s.Pods[i]
-		}
-	}
-	return nil
-}
+func (s *PavGroupSnapshotStatus) Pod(ph Phase) *VolumePod { return LastPod(s.Pods, ph) }
 
 // GroupSnapshotRecordName is the PavGroupSnapshot name of a CSI group
 // snapshot name: the name itself when it is a DNS subdomain

@@ -147,14 +147,7 @@ func (s *PavSnapshotStatus) MetadataListing(base string) *MetadataListing {
 }
 
 // Pod returns the last pod entry of a phase, or nil.
-func (s *PavSnapshotStatus) Pod(ph Phase) *VolumePod {
-	for i := len(s.Pods) - 1; i >= 0; i-- {
-		if s.Pods[i].Phase == ph {
-			return &s.Pods[i]
-		}
-	}
-	return nil
-}
+func (s *PavSnapshotStatus) Pod(ph Phase) *VolumePod { return LastPod(s.Pods, ph) }
 
 // SnapshotRecordName is the PavSnapshot name of a CSI snapshot name: the name
 // itself when it is a DNS subdomain (csi-snapshotter's snapshot-<uid>), else

@@ -313,10 +313,14 @@ type VolumePod struct {
 }
 
 // Pod returns the last pod entry of a phase, or nil.
-func (s *PavVolumeStatus) Pod(ph Phase) *VolumePod {
-	for i := len(s.Pods) - 1; i >= 0; i-- {
-		if s.Pods[i].Phase == ph {
-			return &s.Pods[i]
+func (s *PavVolumeStatus) Pod(ph Phase) *VolumePod { return LastPod(s.Pods, ph) }
+
+// LastPod is the last entry of a phase in a record's pod entries, or nil:
+// the one its phase runs or ran last (earlier ones failed or were lost).
+func LastPod(pods []VolumePod, ph Phase) *VolumePod {
+	for i := len(pods) - 1; i >= 0; i-- {
+		if pods[i].Phase == ph {
+			return &pods[i]
 		}
 	}
 	return nil
