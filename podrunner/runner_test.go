@@ -904,8 +904,26 @@ func TestWrappedNodePodEndsAtItsExitFile(t *testing.T) {
 	hostDir := filepath.Join(t.TempDir(), "vol-5")
 	op := stagingOp("vol-5", "node-a", hostDir)
 	op.EndAtExit = true
+	op = e.succeedsBeforeItsPhase(op, "the exit file")
+	if p, err := e.getPod(op); err != nil || p.DeletionTimestamp == nil {
+		t.Errorf("Discard: pod %v, err %v; want it being deleted", p, err)
+	}
+	e.remove(op) // waits until it is gone
+
+	bad := stagingOp("bad", "node-a", filepath.Join(t.TempDir(), "bad"))
+	bad.EndAtExit = true
+	failsOnItsStatus(t, bad, envOpts{cfg: wrappedNode, kubelet: fakekubelet.Options{StatusLag: 300 * time.Millisecond}}, "the exit file")
+}
+
+// succeedsBeforeItsPhase runs a wrapped op whose pod reports handle h-1 and
+// whose kubelet publishes the pod's end late: Run must return its success
+// while the pod is still Running (from what, says how), and the pod is then
+// discarded. It returns op with the pod's UID.
+func (e *env) succeedsBeforeItsPhase(op podrunner.Operation, what string) podrunner.Operation {
+	t := e.t
+	t.Helper()
 	if got := reportedBy(t, e.runner, op); got != podrunner.ReportExec {
-		t.Fatalf("the node pod is not wrapped (%s)", got)
+		t.Fatalf("the pod is not wrapped (%s)", got)
 	}
 	uids := recordUID(&op)
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
@@ -916,31 +934,32 @@ func TestWrappedNodePodEndsAtItsExitFile(t *testing.T) {
 	}
 	p, err := e.getPod(op)
 	if err != nil || p.Status.Phase != corev1.PodRunning {
-		t.Fatalf("the pod's end was published (%v, %v): the exit file was not what ended the wait", podPhase(p), err)
+		t.Fatalf("the pod's end was published (%v, %v): %s was not what ended the wait", podPhase(p), err, what)
 	}
 	op.UID = (*uids)[0]
 	if err := e.runner.Discard(e.ctx, op); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := e.getPod(op); err != nil || p.DeletionTimestamp == nil {
-		t.Errorf("Discard: pod %v, err %v; want it being deleted", p, err)
-	}
-	e.remove(op) // waits until it is gone
+	return op
+}
 
-	e = newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "no backend"}}),
-		envOpts{cfg: wrappedNode, kubelet: fakekubelet.Options{StatusLag: 300 * time.Millisecond}})
-	bad := stagingOp("bad", "node-a", filepath.Join(t.TempDir(), "bad"))
-	bad.EndAtExit = true
+// failsOnItsStatus runs op, whose pod fails (exit code 3, /pav/error "no
+// backend") and whose kubelet publishes the pod's end 300 ms late (o): the
+// failure must come from the pod's status, not earlier from what (the exit
+// file, the container's end), and say why.
+func failsOnItsStatus(t *testing.T, op podrunner.Operation, o envOpts, what string) {
+	t.Helper()
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "no backend"}}), o)
 	start := time.Now()
-	_, err = e.runner.Run(e.ctx, bad)
+	_, err := e.runner.Run(e.ctx, op)
 	f := mustFail(t, err)
 	if f.ExitCodes["main"] != 3 || f.ErrorFile != "no backend" || f.PodPhase != corev1.PodFailed {
 		t.Errorf("failure %+v", f)
 	}
 	if time.Since(start) < 300*time.Millisecond {
-		t.Error("a failure was taken from the exit file, without the pod's status")
+		t.Errorf("a failure was taken from %s, without the pod's status", what)
 	}
-	e.remove(bad)
+	e.remove(op)
 }
 
 // A wrapped controller-side pod has ended once its only container has, with
@@ -967,25 +986,8 @@ func TestWrappedControllerPodEndsWithItsContainer(t *testing.T) {
 				op.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
 			}
-			if got := reportedBy(t, e.runner, op); got != podrunner.ReportExec {
-				t.Fatalf("the pod is not wrapped (%s)", got)
-			}
-			uids := recordUID(&op)
-			ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
-			defer cancel()
-			res, err := e.runner.Run(ctx, op)
-			if err != nil || res.Files["handle"] != "h-1" {
-				t.Fatalf("res %+v err %v", res, err)
-			}
+			op = e.succeedsBeforeItsPhase(op, "the container's end")
 			p, err := e.getPod(op)
-			if err != nil || p.Status.Phase != corev1.PodRunning {
-				t.Fatalf("the pod's end was published (%v, %v): the container's end was not what ended the wait", podPhase(p), err)
-			}
-			op.UID = (*uids)[0]
-			if err := e.runner.Discard(e.ctx, op); err != nil {
-				t.Fatal(err)
-			}
-			p, err = e.getPod(op)
 			switch {
 			case c.wantGone && !apierrors.IsNotFound(err):
 				t.Errorf("pod %v (%v) after Discard; want it removed at once", podPhase(p), err)
@@ -995,19 +997,7 @@ func TestWrappedControllerPodEndsWithItsContainer(t *testing.T) {
 		})
 	}
 
-	e = newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "no backend"}}),
-		envOpts{cfg: exec, kubelet: fakekubelet.Options{PhaseLag: 300 * time.Millisecond}})
-	bad := creationOp("bad")
-	start := time.Now()
-	_, err := e.runner.Run(e.ctx, bad)
-	f := mustFail(t, err)
-	if f.ExitCodes["main"] != 3 || f.ErrorFile != "no backend" || f.PodPhase != corev1.PodFailed {
-		t.Errorf("failure %+v", f)
-	}
-	if time.Since(start) < 300*time.Millisecond {
-		t.Error("a failure was taken from the container's end, without the pod's status")
-	}
-	e.remove(bad)
+	failsOnItsStatus(t, creationOp("bad"), envOpts{cfg: exec, kubelet: fakekubelet.Options{PhaseLag: 300 * time.Millisecond}}, "the container's end")
 }
 
 func TestNodeModeRefusesOtherNodes(t *testing.T) {
