@@ -944,11 +944,15 @@ func (e *env) succeedsBeforeItsPhase(op podrunner.Operation, what string) podrun
 }
 
 // failsOnItsStatus runs op, whose pod fails (exit code 3, /pav/error "no
-// backend") and whose kubelet publishes the pod's end 300 ms late (o): the
-// failure must come from the pod's status, not earlier from what (the exit
-// file, the container's end), and say why.
+// backend") and whose kubelet publishes the pod's end late (o's StatusLag or
+// PhaseLag): the failure must come from the pod's status, not earlier from
+// what (the exit file, the container's end), and say why.
 func failsOnItsStatus(t *testing.T, op podrunner.Operation, o envOpts, what string) {
 	t.Helper()
+	lag := max(o.kubelet.StatusLag, o.kubelet.PhaseLag)
+	if lag <= 0 {
+		t.Fatal("failsOnItsStatus needs a kubelet that publishes the pod's end late")
+	}
 	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Fail, ExitCode: 3, Files: map[string]string{"error": "no backend"}}), o)
 	start := time.Now()
 	_, err := e.runner.Run(e.ctx, op)
@@ -956,7 +960,7 @@ func failsOnItsStatus(t *testing.T, op podrunner.Operation, o envOpts, what stri
 	if f.ExitCodes["main"] != 3 || f.ErrorFile != "no backend" || f.PodPhase != corev1.PodFailed {
 		t.Errorf("failure %+v", f)
 	}
-	if time.Since(start) < 300*time.Millisecond {
+	if time.Since(start) < lag {
 		t.Errorf("a failure was taken from %s, without the pod's status", what)
 	}
 	e.remove(op)
