@@ -604,6 +604,7 @@ func (run *peerRun) print(w io.Writer) {
 	if run.rec == nil {
 		return
 	}
+	run.printRefused(w)
 	// The timelines of each system's median repetitions.
 	for _, s := range run.systems {
 		if len(s.fresh) > 0 {
@@ -639,4 +640,31 @@ func medianIndex(ds []time.Duration) int {
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return ds[idx[a]] < ds[idx[b]] })
 	return idx[(len(idx)-1)/2]
+}
+
+// printRefused says, per system and repetition, how many client pods met the kubelet's
+// node authorizer race (stepClaimRefused) before the figure was measured: each such pod
+// waits 10 to 15 s for the kubelet's next try, whatever its driver, so a repetition that
+// met it measures the race, not the driver.
+func (run *peerRun) printRefused(w io.Writer) {
+	counts := func(ws []window) string {
+		if len(ws) == 0 {
+			return "—"
+		}
+		c := make([]string, len(ws))
+		for i, wd := range ws {
+			c[i] = strconv.Itoa(run.rec.refused(wd.start, wd.measured))
+		}
+		return strings.Join(c, ", ")
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Client pods whose claim the kubelet was refused at first (%s: event FailedMount, \"no relationship found between node\"; the kubelet tries the pod again 10–15 s later), per repetition:\n\n", stepClaimRefused)
+	fmt.Fprintf(w, "| system | fresh | %d at once |\n", run.n)
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, s := range run.systems {
+		if s.class == "" {
+			continue // bare pods have no claim
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", s.title, counts(s.fresh), counts(s.atOnce))
+	}
 }

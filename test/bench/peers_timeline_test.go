@@ -29,6 +29,14 @@ import (
 const (
 	annSelectedNode = "volume.kubernetes.io/selected-node"
 	localPathNS     = "local-path-storage"
+
+	// stepClaimRefused is the step of a client pod whose claim the kubelet was not yet
+	// allowed to read (event FailedMount, "… no relationship found between node …"): the
+	// API server's node authorizer had not linked the pod, just bound to the node, to
+	// that node when the kubelet asked. A race of Kubernetes' own, whatever the driver,
+	// more likely the busier the API server; the kubelet tries the pod again only after
+	// its sync back-off, 10 to 15 s later.
+	stepClaimRefused = "claim refused to the kubelet (node authorizer race)"
 )
 
 // mark is one step of one object, as the bench saw it.
@@ -229,9 +237,29 @@ func (r *recorder) event(o any, deleted bool) {
 	if len(msg) > 100 {
 		msg = msg[:100] + "…"
 	}
+	if inv.Kind == "Pod" && claimRefused(e) && r.ours(inv.Namespace) {
+		r.mark("client pod", inv.Name, string(inv.UID), stepClaimRefused)
+	}
 	// An event is marked when first seen and when its count grows (a repeated
 	// event is one object whose count the recorder raises).
 	r.mark("event", inv.Kind+" "+inv.Name, fmt.Sprintf("%s/%d", e.UID, e.Count), e.Reason+": "+msg)
+}
+
+// claimRefused says whether an event is the kubelet's of stepClaimRefused.
+func claimRefused(e *corev1.Event) bool {
+	return e.Reason == "FailedMount" && strings.Contains(e.Message, "no relationship found between node")
+}
+
+// refused counts the client pods that had stepClaimRefused between from and to (one
+// system's repetition: the systems' repetitions never overlap).
+func (r *recorder) refused(from, to time.Time) int {
+	n := 0
+	for _, m := range r.window(from, to) {
+		if m.role == "client pod" && m.step == stepClaimRefused {
+			n++
+		}
+	}
+	return n
 }
 
 // window returns the marks between from and to, in order.
