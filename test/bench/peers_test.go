@@ -658,7 +658,7 @@ func (run *peerRun) printRefused(w io.Writer) {
 		return strings.Join(c, ", ")
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Client pods whose claim the kubelet was refused at first (%s: event FailedMount, \"no relationship found between node\"; the kubelet tries the pod again 10–15 s later), per repetition:\n\n", stepClaimRefused)
+	fmt.Fprintf(w, "Client pods that met the node authorizer race (step %q: event FailedMount, \"no relationship found between node\"; the kubelet tries the pod again 10–15 s later), per repetition:\n\n", stepClaimRefused)
 	fmt.Fprintf(w, "| system | fresh | %d at once |\n", run.n)
 	fmt.Fprintln(w, "|---|---|---|")
 	for _, s := range run.systems {

@@ -225,7 +225,8 @@ func (r *recorder) event(o any, deleted bool) {
 	}
 	inv := e.InvolvedObject
 	r.mu.Lock()
-	follow := r.nss[inv.Namespace] || (inv.Kind == "PersistentVolume" && r.pvs[inv.Name])
+	inBench := r.nss[inv.Namespace] // a client pod's, a claim's
+	follow := inBench || (inv.Kind == "PersistentVolume" && r.pvs[inv.Name])
 	r.mu.Unlock()
 	if !follow && inv.Kind == "Pod" {
 		follow = strings.HasPrefix(inv.Name, "pav-"+peersProvisioner+"-") || (inv.Namespace == localPathNS && strings.HasPrefix(inv.Name, "helper-pod-"))
@@ -237,7 +238,7 @@ func (r *recorder) event(o any, deleted bool) {
 	if len(msg) > 100 {
 		msg = msg[:100] + "…"
 	}
-	if inv.Kind == "Pod" && claimRefused(e) && r.ours(inv.Namespace) {
+	if inv.Kind == "Pod" && inBench && claimRefused(e) {
 		r.mark("client pod", inv.Name, string(inv.UID), stepClaimRefused)
 	}
 	// An event is marked when first seen and when its count grows (a repeated
