@@ -306,15 +306,15 @@ func (p *policyValidator) Validate(gvr schema.GroupVersionResource, obj, oldObj 
 // nil) by the user who, and returns the decisions that are not admissions.
 func (p *policyValidator) ValidateRequest(gvr schema.GroupVersionResource, op admission.Operation, obj, oldObj map[string]any, who user.Info) []validating.PolicyDecision {
 	var u, old runtime.Object
-	var name string
+	var name, ns string
 	var gvk schema.GroupVersionKind
 	if obj != nil {
 		o := &unstructured.Unstructured{Object: obj}
-		u, name, gvk = o, o.GetName(), o.GroupVersionKind()
+		u, name, ns, gvk = o, o.GetName(), o.GetNamespace(), o.GroupVersionKind()
 	}
 	if oldObj != nil {
 		o := &unstructured.Unstructured{Object: oldObj}
-		old, name, gvk = o, o.GetName(), o.GroupVersionKind()
+		old, name, ns, gvk = o, o.GetName(), o.GetNamespace(), o.GroupVersionKind()
 	}
 	var opts runtime.Object
 	switch op {
@@ -325,7 +325,7 @@ func (p *policyValidator) ValidateRequest(gvr schema.GroupVersionResource, op ad
 	default:
 		opts = &metav1.DeleteOptions{}
 	}
-	attrs := admission.NewAttributesRecord(u, old, gvk, "", name, gvr, "", op, opts, false, who)
+	attrs := admission.NewAttributesRecord(u, old, gvk, ns, name, gvr, "", op, opts, false, who)
 	va := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: u, VersionedOldObject: old}
 	res := p.validator.Validate(context.Background(), gvr, va, nil, nil, celconfig.RuntimeCELCostBudget, nil)
 	var out []validating.PolicyDecision

@@ -30,6 +30,13 @@ var VolumeCRDYAML []byte
 //go:embed crd/pavvolumes-policy.yaml
 var VolumePolicyYAML []byte
 
+// PodsPolicyYAML is the ValidatingAdmissionPolicy and its binding (two YAML
+// documents, base/pods-policy.yaml) that let a node plugin only add the
+// annotation that relays a controller-side pod's end, to its own node's pods.
+//
+//go:embed base/pods-policy.yaml
+var PodsPolicyYAML []byte
+
 // SnapshotCRDYAML is the PavSnapshot CustomResourceDefinition
 // (crd/pavsnapshots.yaml): pav's record of each snapshot.
 //

@@ -10,20 +10,25 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 )
 
-func TestVolumePolicyManifestCompiles(t *testing.T) {
-	onDisk, err := os.ReadFile("crd/pavvolumes-policy.yaml")
+// compiledPolicy loads the policy embedded as embedded, checks that it is the
+// file at path, that the apiserver would compile it and that its binding
+// denies.
+func compiledPolicy(t *testing.T, path string, embedded []byte) *policyValidator {
+	t.Helper()
+	onDisk, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(onDisk, VolumePolicyYAML) {
-		t.Fatal("VolumePolicyYAML differs from crd/pavvolumes-policy.yaml")
+	if !bytes.Equal(onDisk, embedded) {
+		t.Fatalf("the embedded policy differs from %s", path)
 	}
-	p, errs, err := loadPolicy(VolumePolicyYAML)
+	p, errs, err := loadPolicy(embedded)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +38,26 @@ func TestVolumePolicyManifestCompiles(t *testing.T) {
 	if p.binding.Spec.PolicyName != p.policy.Name || !slices.Equal(p.binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
 		t.Errorf("binding %+v", p.binding.Spec)
 	}
+	return p
+}
+
+// wantDecisions checks a request's decisions: none, or a denial containing deny.
+func wantDecisions(t *testing.T, ds []validating.PolicyDecision, deny string) {
+	t.Helper()
+	var msgs []string
+	for _, d := range ds {
+		msgs = append(msgs, string(d.Action)+": "+d.Message)
+	}
+	switch {
+	case deny == "" && len(ds) > 0:
+		t.Fatalf("denied: %v", msgs)
+	case deny != "" && (len(ds) == 0 || !strings.Contains(strings.Join(msgs, "\n"), deny)):
+		t.Fatalf("decisions %v, want a denial %q", msgs, deny)
+	}
+}
+
+func TestVolumePolicyManifestCompiles(t *testing.T) {
+	p := compiledPolicy(t, "crd/pavvolumes-policy.yaml", VolumePolicyYAML)
 	mc := p.policy.Spec.MatchConstraints
 	if mc == nil || len(mc.ResourceRules) != 1 {
 		t.Fatalf("want one resource rule, got %+v", mc)
@@ -117,17 +142,7 @@ func TestVolumePolicy(t *testing.T) {
 		{"an administrator", admission.Delete, nil, others, &user.DefaultInfo{Name: "kubernetes-admin", Groups: []string{"system:masters"}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ds := p.ValidateRequest(v1alpha1.VolumeGroupVersionResource, tc.op, tc.obj, tc.old, tc.who)
-			var msgs []string
-			for _, d := range ds {
-				msgs = append(msgs, string(d.Action)+": "+d.Message)
-			}
-			switch {
-			case tc.deny == "" && len(ds) > 0:
-				t.Fatalf("denied: %v", msgs)
-			case tc.deny != "" && (len(ds) == 0 || !strings.Contains(ds[0].Message, tc.deny)):
-				t.Fatalf("decisions %v, want a denial %q", msgs, tc.deny)
-			}
+			wantDecisions(t, p.ValidateRequest(v1alpha1.VolumeGroupVersionResource, tc.op, tc.obj, tc.old, tc.who), tc.deny)
 		})
 	}
 }

@@ -161,6 +161,11 @@ func TestLeastPrivilege(t *testing.T) {
 		{"pav-node", "", "pods", "create", true},
 		{"pav-node", "", "pods", "delete", true},
 		{"pav-node", "", "pods/log", "get", true},
+		// To relay a controller-side pod's end (pods-policy.yaml narrows
+		// it to one annotation on its own node's pods).
+		{"pav-node", "", "pods", "patch", true},
+		{"pav-node", "", "pods", "update", false},
+		{"pav-node", "", "pods/status", "patch", false},
 		{"pav-node", "", "persistentvolumes", "get", true},
 		{"pav-node", "", "persistentvolumeclaims", "get", true},
 		{"pav-node", "", "nodes", "get", true},

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -348,6 +349,11 @@ func wrap(spec *corev1.PodSpec, image string, node bool, logFiles []string) {
 	} else {
 		args := append([]string{ReportExecPath, "--exec", "--dir=" + MountPath,
 			"--max-bytes=" + strconv.Itoa(reportBudget(spec, 0))}, logFileArgs(logFiles)...)
+		if len(logFiles) == 0 {
+			// A success can be relayed by the node plugin (EndedFile);
+			// not one whose files the driver must read from the log.
+			args = append(args, endedFileFlag)
+		}
 		c.Command = append(append(args, "--"), c.Command...)
 		c.TerminationMessagePath = report.TerminationLog
 		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
@@ -355,6 +361,32 @@ func wrap(spec *corev1.PodSpec, image string, node bool, logFiles []string) {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: ReportVolume, MountPath: ReportDir, ReadOnly: true})
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: ReportVolume, VolumeSource: corev1.VolumeSource{
 		Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: corev1.PullIfNotPresent}}})
+}
+
+// endedFileFlag makes a wrapped controller-side pod's pav-report copy its
+// report to /pav/.pav-ended on success (report.ExecEnded).
+var endedFileFlag = "--ended-file=" + path.Join(MountPath, report.FileEnded)
+
+// EndedFile says whether pod is a controller-side pod whose pav-report copies
+// its report, on success, to /pav/.pav-ended in an emptyDir: the volume's
+// name in the pod and the wrapped container's. The node plugin of the pod's
+// node relays that copy (internal/endrelay).
+func EndedFile(pod *corev1.Pod) (volume, container string, ok bool) {
+	name, wrapped := Wrapped(pod)
+	if !wrapped {
+		return "", "", false
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name && !slices.Contains(c.Command, endedFileFlag) {
+			return "", "", false
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == VolumeName && v.EmptyDir != nil {
+			return v.Name, name, true
+		}
+	}
+	return "", "", false
 }
 
 // Wrapped is the name of the container pav-report wraps in pod (ReportExec),

@@ -499,12 +499,19 @@ func TestBuildPodReportExec(t *testing.T) {
 				return
 			}
 			main := pod.Spec.Containers[0]
-			wantCmd := []string{podrunner.ReportExecPath, "--exec", "--dir=/pav", "--max-bytes=4096", "--", "sh", "-c"}
+			// A success is also copied to /pav/.pav-ended, which the node
+			// plugin of the pod's node relays.
+			wantCmd := []string{podrunner.ReportExecPath, "--exec", "--dir=/pav", "--max-bytes=4096", "--ended-file=/pav/.pav-ended", "--", "sh", "-c"}
 			wantTermination := corev1.TerminationMessageReadFile
+			wantEnded := true
 			if c.op.HostPath != "" {
 				// The node plugin reads /pav itself: only the exit code is written.
 				wantCmd = []string{podrunner.ReportExecPath, "--exec", "--dir=/pav", "--exit-file=/pav/.pav-exit", "--", "sh", "-c"}
 				wantTermination = corev1.TerminationMessageFallbackToLogsOnError // the template's
+				wantEnded = false
+			}
+			if vol, ctr, ok := podrunner.EndedFile(pod); ok != wantEnded || (ok && (vol != podrunner.VolumeName || ctr != "main")) {
+				t.Errorf("EndedFile = %q, %q, %v; want %v", vol, ctr, ok, wantEnded)
 			}
 			if name != "main" || strings.Join(main.Command, " ") != strings.Join(wantCmd, " ") || strings.Join(main.Args, " ") != "echo $(X)" {
 				t.Errorf("container %s runs %q %q, want %q with its args", name, main.Command, main.Args, wantCmd)

@@ -81,7 +81,15 @@
 // pod plus one mount, and costs the kubelet nothing more. Its success is taken
 // as soon as the container's end is published with that message: the kubelet
 // publishes the terminal phase only after it has stopped the pod's sandbox,
-// about a second later (a failure still waits for it: it says why). Which container
+// about a second later (a failure still waits for it: it says why). Sooner
+// still: on success pav-report also copies the report to /pav/.pav-ended, which
+// the node plugin of the pod's node sees through inotify and puts on the pod as
+// AnnotationEnded (internal/endrelay); the container's end itself is published
+// only at the kubelet's next relist (up to 1 s). The annotation is taken for the
+// pod's end only on pods in the driver's own namespace (Config.DefaultNamespace),
+// where tenants cannot write pods, and only if it is a readable report; such a
+// pod is then deleted with grace 0, as one whose containers have all ended
+// (a pod that mounts a claim excepted). Which container
 // reports is read from the pod's spec (Wrapped), so a pod adopted from a
 // driver in the other mode is read right. The image's entrypoint is known only
 // on the node, so a template without a command, or with more than one

@@ -25,6 +25,11 @@ const (
 	// AnnotationToken holds the Operation.Token the caller recorded before the
 	// pod was created: with the recorded UID, the only proof that pav made it.
 	AnnotationToken = "pav.albertofaria.github.io/token"
+	// AnnotationEnded holds the report of a wrapped controller-side pod's
+	// successful command, as the node plugin of its node relays it from
+	// /pav/.pav-ended (internal/endrelay), before the kubelet publishes the
+	// container's end. Taken only on pods in the driver's own namespace.
+	AnnotationEnded = "pav.albertofaria.github.io/ended"
 	// ReportContainer is the native sidecar that reports the /pav files.
 	ReportContainer = "pav-report"
 	// VolumeName is the injected volume, mounted at MountPath in every container.

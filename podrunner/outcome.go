@@ -114,9 +114,21 @@ type verdict struct {
 // finished pod) and timedOut (the pod outlived timeout), and of the time now
 // against grace, how long a pod the scheduler places may stay unschedulable
 // (negative: not at all).
-func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut bool, timeout, grace time.Duration, now time.Time) verdict {
+//
+// trustEnded says whether pod's AnnotationEnded may be taken for its end: only
+// in the driver's own namespace, where no tenant can write a pod.
+func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut, trustEnded bool, timeout, grace time.Duration, now time.Time) verdict {
 	sidecar := containerStatus(pod.Status.InitContainerStatuses, ReportContainer)
 	wrappedName, isWrapped := Wrapped(pod)
+
+	if op.HostPath == "" && len(op.LogFiles) == 0 && !finished(pod) {
+		// The node plugin of the pod's node saw pav-report's copy of a
+		// successful report (/pav/.pav-ended) and relayed it: a relist (up
+		// to 1 s) before the kubelet publishes the container's end.
+		if files, ok := relayedEnd(pod, trustEnded); ok {
+			return finishedVerdict(op, pod, true, files, nil)
+		}
+	}
 
 	if op.HostPath != "" && op.EndAtExit && isWrapped && !finished(pod) {
 		// pav-report wrote the command's exit code on the host as it ended
@@ -270,6 +282,21 @@ func finishedVerdict(op *Operation, pod *corev1.Pod, succeeded bool, files map[s
 	f := podFailed(op, pod)
 	f.ErrorFile = files[report.FileError]
 	return verdict{done: true, failure: f, reportProblem: perr}
+}
+
+// relayedEnd is the report the node plugin relayed for pod (AnnotationEnded),
+// if it may be trusted (see evaluate) and can be read; one that cannot is
+// ignored, for the pod's status to tell.
+func relayedEnd(pod *corev1.Pod, trustEnded bool) (map[string]string, bool) {
+	msg, ok := pod.Annotations[AnnotationEnded]
+	if !ok || !trustEnded {
+		return nil, false
+	}
+	if _, _, relayable := EndedFile(pod); !relayable {
+		return nil, false
+	}
+	files, err := report.Parse(msg)
+	return files, err == nil
 }
 
 // wrapperFailedToStart is the termination of a wrapped container whose first

@@ -806,7 +806,7 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 			return nil, verdict{}, fmt.Errorf("%w: %s pod %s/%s (uid %s) was deleted by someone else before it finished",
 				ErrPodDeleted, op.Phase, pw.ns, pw.name, uid)
 		case p != nil && p.UID == uid:
-			v := evaluate(op, p, reportExpired, timedOut, r.cfg.PodTimeout, grace, time.Now())
+			v := evaluate(op, p, reportExpired, timedOut, r.trustEnded(p), r.cfg.PodTimeout, grace, time.Now())
 			if v.done {
 				return p, v, nil
 			}
@@ -835,7 +835,7 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 			// not enough: the informer updates its store before it calls the
 			// delete handler that records the last state, so wait for that.
 			if last, _ := pw.lastState(uid); last != nil && finished(last) {
-				if v := evaluate(op, last, true, timedOut, r.cfg.PodTimeout, grace, time.Now()); v.done {
+				if v := evaluate(op, last, true, timedOut, r.trustEnded(last), r.cfg.PodTimeout, grace, time.Now()); v.done {
 					logger.V(2).Info("Pod finished and was deleted before we looked; using its last state")
 					return last, v, nil
 				}
@@ -896,8 +896,9 @@ func (r *Runner) waitGone(ctx context.Context, pw *podWatch, uid types.UID, seen
 func (r *Runner) deletePod(ctx context.Context, pod *corev1.Pod) error {
 	bg := metav1.DeletePropagationBackground
 	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
-	if !finished(pod) && endedInFact(pod) && !usesClaims(pod) {
-		// Its containers have all ended but the kubelet has not published
+	if _, relayed := relayedEnd(pod, r.trustEnded(pod)); !finished(pod) && (endedInFact(pod) || relayed) && !usesClaims(pod) {
+		// Its containers have all ended (or its node plugin relayed the
+		// wrapped command's end) but the kubelet has not published
 		// the terminal phase yet: a graceful deletion would wait for the
 		// kubelet to stop a pod that runs nothing (the API server removes
 		// a terminal pod at once anyway). The kubelet tears down the
@@ -917,6 +918,14 @@ func (r *Runner) deletePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	return err
+}
+
+// trustEnded: pod is in the driver's own namespace, where only pav (and the
+// cluster's admins) write pods, so its AnnotationEnded, which the node plugins
+// write, may stand for its end. A template may put its pods in a tenant's
+// namespace, whose users could write the annotation themselves.
+func (r *Runner) trustEnded(pod *corev1.Pod) bool {
+	return r.cfg.DefaultNamespace != "" && pod.Namespace == r.cfg.DefaultNamespace
 }
 
 // Delete deletes the operation's pod (the one with op.UID, or else op.Token),

@@ -1361,3 +1361,59 @@ func TestLogFiles(t *testing.T) {
 		}
 	})
 }
+
+// A wrapped controller-side pod whose end the node plugin of its node relays
+// (AnnotationEnded, internal/endrelay) succeeds with the relayed report before
+// the kubelet says anything, and is then removed at once; but only in the
+// driver's own namespace, where tenants cannot write pods, and only with a
+// report that can be read.
+func TestRelayedEnd(t *testing.T) {
+	e := newEnv(t, always(fakekubelet.Outcome{Kind: fakekubelet.Hang}), envOpts{cfg: func(c *podrunner.Config) {
+		c.Report, c.DefaultNamespace = podrunner.ReportExec, "pav"
+	}, kubelet: fakekubelet.Options{DeletionDelay: time.Hour}})
+	relay := func(op podrunner.Operation, msg string) {
+		p := e.waitPod(op, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, podrunner.AnnotationEnded, msg)
+		if _, err := e.client.CoreV1().Pods(p.Namespace).Patch(e.ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, c := range []struct {
+		name      string
+		namespace string // the template's
+		msg       string
+		want      string // the handle; "" = not taken
+	}{
+		{name: "in pav's namespace", msg: `{"handle":"relayed"}`, want: "relayed"},
+		{name: "in a tenant's namespace", namespace: "tenant", msg: `{"handle":"forged"}`},
+		{name: "an unreadable report", msg: `{"handle":`},
+		{name: "a report with a problem", msg: `{"reportProblem":"handle too large"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			op := creationOp("pvc-relay-" + strings.ReplaceAll(c.name, " ", "-")[:12])
+			op.Template.Namespace = c.namespace
+			ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+			defer cancel()
+			go relay(op, c.msg)
+			res, err := e.runner.Run(ctx, op)
+			switch {
+			case c.want == "" && err == nil:
+				t.Fatalf("Run took the relayed end: %+v", res)
+			case c.want == "" && !errors.Is(err, context.DeadlineExceeded):
+				t.Fatalf("Run: %v; want it still waiting for the pod", err)
+			case c.want == "":
+				return
+			case err != nil:
+				t.Fatalf("Run: %v", err)
+			case res.Files["handle"] != c.want:
+				t.Fatalf("files %v, want handle %s", res.Files, c.want)
+			}
+			// The kubelet never said the pod ended: a graceful deletion
+			// would wait for it (an hour, here).
+			if err := e.runner.Discard(e.ctx, op); err != nil {
+				t.Fatal(err)
+			}
+			e.assertGone(op)
+		})
+	}
+}

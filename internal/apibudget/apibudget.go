@@ -9,6 +9,12 @@
 // than these is a regression to explain (and then the budget is raised here,
 // with the reason), because every request is paid by every volume of every
 // node and, at scale, by the API server.
+//
+// Not counted in Create and Delete: the node plugin of the node a
+// controller-side pod ran on relays the pod's success with one patch of the
+// pod (internal/endrelay), so that the operation ends a kubelet relist sooner;
+// one per validation, creation or deletion pod that succeeds, made by another
+// process than the one the operation's budget measures.
 package apibudget
 
 const (

@@ -34,6 +34,7 @@ import (
 
 	"github.com/pods-as-volumes/pav/controllerserver"
 	"github.com/pods-as-volumes/pav/identity"
+	"github.com/pods-as-volumes/pav/internal/endrelay"
 	"github.com/pods-as-volumes/pav/internal/hostmount"
 	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/kubeconfig"
@@ -237,6 +238,12 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		if d.Client != nil {
 			svc.Node.ForgottenGrace = o.ForgottenGrace
 			svc.Node.WatchNode(ctx, nodeCheckInterval(o.ForgottenGrace))
+			// The ends of controller-side pods that run on this node, seen
+			// here before the kubelet publishes them.
+			relay := endrelay.New(endrelay.Config{Client: d.Client, Namespace: o.PodNamespace, Provisioner: name, Node: o.NodeID})
+			if err := relay.Start(ctx); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	if o.Mode != ModeNode {

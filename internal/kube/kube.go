@@ -69,6 +69,9 @@ type Resource[T runtime.Object, L runtime.Object] interface {
 type Pods interface {
 	Resource[*corev1.Pod, *corev1.PodList]
 	GetLogs(name string, opts *corev1.PodLogOptions) *rest.Request
+	// Patch: the node plugin's relay of a controller-side pod's end
+	// (internal/endrelay) annotates the pod.
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Pod, error)
 }
 
 // Scheme knows the types of this package's Interface: event recorders need

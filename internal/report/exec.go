@@ -50,6 +50,16 @@ func Exec(argv []string, dir, terminationLog string, maxBytes int) int {
 // (PrintLogFiles), and reports where they are: nothing of the command's can
 // write to the log any more.
 func ExecWith(argv []string, dir, terminationLog string, maxBytes int, logFiles []string) int {
+	return ExecEnded(argv, dir, terminationLog, maxBytes, logFiles, "")
+}
+
+// ExecEnded is ExecWith that, when the command has exited 0 and its report is
+// in terminationLog, also writes the report to endedFile (if set;
+// /pav/.pav-ended), atomically: the node plugin of the pod's node sees it at
+// once through inotify and relays it to the driver, a kubelet relist (up to
+// 1 s) before the pod's status would carry it. Only a success is copied: a
+// failure waits for the pod's status, which says why.
+func ExecEnded(argv []string, dir, terminationLog string, maxBytes int, logFiles []string, endedFile string) int {
 	if dir == "" {
 		dir = Dir
 	}
@@ -57,8 +67,15 @@ func ExecWith(argv []string, dir, terminationLog string, maxBytes int, logFiles 
 	if os.Getpid() == 1 {
 		killRest()
 	}
-	if !write(dir, terminationLog, maxBytes, logFiles) && code == 0 {
+	msg, ok := writeMessage(dir, terminationLog, maxBytes, logFiles)
+	if !ok && code == 0 {
 		code = 1 // a success without its report would lose the handle
+	}
+	if code == 0 && endedFile != "" {
+		if err := writeAtomic(endedFile, []byte(msg)); err != nil {
+			// The pod's status still carries the report.
+			fmt.Fprintf(os.Stderr, "pav-report: copying the report for the node plugin: %v\n", err)
+		}
 	}
 	return code
 }
@@ -84,14 +101,35 @@ func ExecNode(argv []string, exitFile string) int {
 // WriteExit writes code to path as one line, atomically (a temporary file
 // beside it, then a rename), so that a reader never sees half of it.
 func WriteExit(path string, code int) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(code)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("writing the exit code: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := writeAtomic(path, []byte(strconv.Itoa(code)+"\n")); err != nil {
 		return fmt.Errorf("writing the exit code: %w", err)
 	}
 	return nil
+}
+
+// writeAtomic writes b to path through a temporary file beside it and a
+// rename, so that a reader (or an inotify watch) never sees half of it.
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadEnded reads the report ExecEnded copied to dir/.pav-ended: ok is false
+// while there is none, or what is there cannot be one (the file is read under
+// the report's rules: no symlink, regular, at most MaxMessage bytes; the
+// command may have put anything there).
+func ReadEnded(dir string) (msg string, ok bool) {
+	s, err := readReportFile(filepath.Join(dir, FileEnded), MaxMessage, false)
+	if err != nil {
+		return "", false
+	}
+	if _, err := Parse(s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // ReadExit reads the exit code ExecNode wrote in dir: ok is false while there

@@ -165,3 +165,55 @@ func TestReadExit(t *testing.T) {
 		})
 	}
 }
+
+// A controller-side pod's wrapper copies a successful report, the one in the
+// termination log, to the ended file the node plugin relays; a failure is
+// not copied (its status says why), and ReadEnded takes only a readable
+// report from a regular file.
+func TestCommandExecEndedFile(t *testing.T) {
+	for _, c := range []struct {
+		script string
+		code   int
+		copied bool
+	}{
+		{`printf h-1 > "$0"/handle`, 0, true},
+		{`printf h-2 > "$0"/handle; exit 3`, 3, false},
+		{`ln -s /etc/passwd "$0"/.pav-ended`, 0, true}, // replaced by the copy
+	} {
+		dir := t.TempDir()
+		log := filepath.Join(t.TempDir(), "termination-log")
+		ended := filepath.Join(dir, report.FileEnded)
+		code := report.Command(context.Background(), []string{"--exec", "--dir=" + dir, "--termination-log=" + log,
+			"--ended-file=" + ended, "--", "sh", "-c", c.script, dir})
+		if code != c.code {
+			t.Errorf("%q: exit code %d, want %d", c.script, code, c.code)
+		}
+		msg, ok := report.ReadEnded(dir)
+		want, _ := os.ReadFile(log)
+		switch {
+		case ok != c.copied:
+			t.Errorf("%q: ReadEnded = %q, %v; want a copy: %v", c.script, msg, ok, c.copied)
+		case ok && msg != string(want):
+			t.Errorf("%q: copy %q, termination log %q", c.script, msg, want)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		make func(path string) error
+	}{
+		{"a symlink", func(p string) error { return os.Symlink("/etc/hostname", p) }},
+		{"a directory", func(p string) error { return os.Mkdir(p, 0o755) }},
+		{"a FIFO", func(p string) error { return syscall.Mkfifo(p, 0o644) }},
+		{"not a report", func(p string) error { return os.WriteFile(p, []byte("done"), 0o644) }},
+		{"a report with a problem", func(p string) error { return os.WriteFile(p, []byte(`{"reportProblem":"x"}`), 0o644) }},
+		{"too large", func(p string) error { return os.WriteFile(p, make([]byte, report.MaxMessage+1), 0o644) }},
+	} {
+		dir := t.TempDir()
+		if err := c.make(filepath.Join(dir, report.FileEnded)); err != nil {
+			t.Fatal(err)
+		}
+		if msg, ok := report.ReadEnded(dir); ok {
+			t.Errorf("%s: ReadEnded = %q, true", c.name, msg)
+		}
+	}
+}

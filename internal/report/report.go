@@ -63,6 +63,13 @@ const (
 	// the node plugin sees it through inotify, at once, where the pod's
 	// status would come a kubelet relist later.
 	FileExit = ".pav-exit"
+	// FileEnded is where pav-report --exec --ended-file, wrapping the command
+	// of a controller-side pod, puts a copy of its report once the command
+	// has exited 0 and the report is in the termination log (ExecEnded): the
+	// node plugin of the pod's node sees it through inotify and relays it to
+	// the driver at once (internal/endrelay), where the pod's status would
+	// carry it a kubelet relist later.
+	FileEnded = ".pav-ended"
 )
 
 // Files are the files carried in the report. When the report is too large,
@@ -124,6 +131,12 @@ func RunWith(ctx context.Context, dir, terminationLog string, checkReady bool, l
 // TerminationLog) for Run and Exec, after printing the files logFiles names
 // to stdout (PrintLogFiles); a failure is said on stderr.
 func write(dir, terminationLog string, maxBytes int, logFiles []string) bool {
+	_, ok := writeMessage(dir, terminationLog, maxBytes, logFiles)
+	return ok
+}
+
+// writeMessage is write that also returns the message it wrote.
+func writeMessage(dir, terminationLog string, maxBytes int, logFiles []string) (string, bool) {
 	if terminationLog == "" {
 		terminationLog = TerminationLog
 	}
@@ -132,11 +145,12 @@ func write(dir, terminationLog string, maxBytes int, logFiles []string) bool {
 	if len(logFiles) > 0 {
 		refs, problems = PrintLogFiles(dir, logFiles, os.Stdout)
 	}
-	if err := os.WriteFile(terminationLog, []byte(MessageWith(dir, maxBytes, refs, problems)), 0o644); err != nil {
+	msg := MessageWith(dir, maxBytes, refs, problems)
+	if err := os.WriteFile(terminationLog, []byte(msg), 0o644); err != nil {
 		fmt.Fprintf(os.Stderr, "pav-report: writing %s: %v\n", terminationLog, err)
-		return false
+		return msg, false
 	}
-	return true
+	return msg, true
 }
 
 // Command parses the arguments of pav-report and `pav report` (--dir,
@@ -150,6 +164,7 @@ func Command(ctx context.Context, args []string) int {
 	execute := fs.Bool("exec", false, "run the command after -- as a child, then write the report (see Exec)")
 	maxBytes := fs.Int("max-bytes", MaxMessage, "with --exec: the report's budget (the sidecar reads "+MaxBytesEnv+")")
 	exitFile := fs.String("exit-file", "", "with --exec: write the command's exit code to this file instead of the report (a node pod, whose /pav the node plugin reads)")
+	endedFile := fs.String("ended-file", "", "with --exec: once the command has exited 0 and the report is written, put a copy of the report in this file (the node plugin relays it)")
 	var logFiles []string
 	fs.Func("log-file", "a file of the directory to print to the log and report by reference (repeatable; "+strings.Join(LogFiles, ", ")+")", func(v string) error {
 		if !isLogFile(v) {
@@ -165,7 +180,7 @@ func Command(ctx context.Context, args []string) int {
 		return ExecNode(fs.Args(), *exitFile)
 	}
 	if *execute {
-		return ExecWith(fs.Args(), *dir, *termLog, clampBudget(*maxBytes), logFiles)
+		return ExecEnded(fs.Args(), *dir, *termLog, clampBudget(*maxBytes), logFiles, *endedFile)
 	}
 	return RunWith(ctx, *dir, *termLog, *checkReady, logFiles)
 }
