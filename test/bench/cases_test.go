@@ -207,10 +207,19 @@ func atOnce(t *testing.T, ctx context.Context, tab *table, sc string, n, clients
 			tab.add(row{fmt.Sprintf("(f) API requests per volume, %s (N=%d)", m.name, n), "not scraped", "", "", "", "info"})
 			continue
 		}
-		per := float64(a[""]-b[""]) / float64(m.per)
+		total := a[""] - b[""]
+		relayed := 0.0
+		if m.name == "node" {
+			// The node plugins' only PATCHes relay controller-side pods'
+			// ends (internal/endrelay): outside the staging budget, shown
+			// on a row of their own, per volume.
+			relayed = a["PATCH"] - b["PATCH"]
+			total -= relayed
+		}
+		per := total / float64(m.per)
 		var methods []string
 		for meth := range a {
-			if d := a[meth] - b[meth]; meth != "" && d > 0 {
+			if d := a[meth] - b[meth]; meth != "" && d > 0 && (m.name != "node" || meth != "PATCH") {
 				methods = append(methods, fmt.Sprintf("%s %.1f", meth, d/float64(m.per)))
 			}
 		}
@@ -231,6 +240,10 @@ func atOnce(t *testing.T, ctx context.Context, tab *table, sc string, n, clients
 			what = "whole life"
 		}
 		tab.add(row{fmt.Sprintf("(f) API requests per volume (%s), %s, N=%d", what, m.name, n), fmt.Sprintf("%.1f (%s)", per, strings.Join(methods, ", ")), "", "", target, verdict})
+		if m.name == "node" {
+			tab.add(row{fmt.Sprintf("(f) API requests per volume (controller-side pods' ends relayed), node, N=%d", n),
+				fmt.Sprintf("%.1f (PATCH)", relayed/float64(n)), "", "", "—", "info"})
+		}
 	}
 }
 
