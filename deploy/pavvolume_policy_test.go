@@ -41,6 +41,16 @@ func compiledPolicy(t *testing.T, path string, embedded []byte) *policyValidator
 	return p
 }
 
+// nodePlugin is the user info of a node plugin's request in pav's namespace,
+// with a token bound to a pod on node ("": a token bound to no node).
+func nodePlugin(node string) user.Info {
+	u := &user.DefaultInfo{Name: "system:serviceaccount:pav:pav-node", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:pav"}}
+	if node != "" {
+		u.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}, "authentication.kubernetes.io/pod-name": {"pav-p-node-x"}}
+	}
+	return u
+}
+
 // wantDecisions checks a request's decisions: none, or a denial containing deny.
 func wantDecisions(t *testing.T, ds []validating.PolicyDecision, deny string) {
 	t.Helper()
@@ -95,13 +105,6 @@ func TestVolumePolicy(t *testing.T) {
 	p, errs, err := loadPolicy(VolumePolicyYAML)
 	if err != nil || len(errs) > 0 {
 		t.Fatal(err, errs)
-	}
-	nodePlugin := func(node string) user.Info {
-		u := &user.DefaultInfo{Name: "system:serviceaccount:pav:pav-node", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:pav"}}
-		if node != "" {
-			u.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}, "authentication.kubernetes.io/pod-name": {"pav-p-node-x"}}
-		}
-		return u
 	}
 	controller := &user.DefaultInfo{Name: "system:serviceaccount:pav:pav-controller"}
 	mine, others, persistent := record(t, "vm-2", "vm-2"), record(t, "vm-3", "vm-3"), record(t, "", "")

@@ -46,13 +46,6 @@ func TestPodsPolicy(t *testing.T) {
 	if err != nil || len(errs) > 0 {
 		t.Fatal(err, errs)
 	}
-	nodePlugin := func(node string) user.Info {
-		u := &user.DefaultInfo{Name: "system:serviceaccount:pav:pav-node", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:pav"}}
-		if node != "" {
-			u.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
-		}
-		return u
-	}
 	ended := map[string]string{endedAnnotation: `{"handle":"h"}`}
 	before := pavPod(t, "pav", "vm-2", nil, nil)
 	after := pavPod(t, "pav", "vm-2", ended, nil)
