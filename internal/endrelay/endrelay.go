@@ -220,23 +220,16 @@ func (r *Relay) sync(ctx context.Context) {
 		if t.relaying {
 			continue
 		}
+		// Watch first, then look: a copy made before the watch was there
+		// is read now, one made after it brings an event.
+		if d, err := r.watchDeepest(t.dir); err != nil {
+			logger.Info("Cannot watch a controller-side pod's /pav; its end comes with its status", "pod", klog.KRef(t.namespace, t.name), "dir", d, "err", err.Error())
+		} else {
+			needed[d] = true
+		}
 		if msg, ok := report.ReadEnded(t.dir); ok {
 			t.relaying = true
 			go r.relay(ctx, uid, t, msg)
-			continue
-		}
-		d, err := r.watchDeepest(t.dir)
-		if err != nil {
-			logger.Info("Cannot watch a controller-side pod's /pav; its end comes with its status", "pod", klog.KRef(t.namespace, t.name), "dir", d, "err", err.Error())
-			continue
-		}
-		needed[d] = true
-		if d == t.dir {
-			// The copy may have come before the watch did.
-			if msg, ok := report.ReadEnded(t.dir); ok {
-				t.relaying = true
-				go r.relay(ctx, uid, t, msg)
-			}
 		}
 	}
 	for d := range r.watched {
