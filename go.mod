@@ -9,6 +9,7 @@ require (
 	github.com/kubernetes-csi/csi-test/v5 v5.6.0
 	github.com/nikolalohinski/gonja/v2 v2.9.1
 	github.com/prometheus/client_model v0.6.2
+	github.com/prometheus/procfs v0.19.2
 	go.yaml.in/yaml/v3 v3.0.4
 	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.85.0
@@ -71,7 +72,6 @@ require (
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/common v0.67.5 // indirect
-	github.com/prometheus/procfs v0.19.2 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect

@@ -95,6 +95,10 @@ func TestBenchPeers(t *testing.T) {
 		run.rec.watchNamespace(s.ns)
 	}
 	run.nodes = nodeNames(t, ctx)
+	quiet(t, ctx)
+	if u, ok := idleCPU(t, ctx, 10*time.Second); ok {
+		run.idle = u
+	}
 
 	defer func() {
 		stopLoad()
@@ -162,6 +166,7 @@ type system struct {
 	reps              int
 	ns                string
 	d                 [3][]time.Duration // by peerMeasures' row
+	cpu               [3][]cpuUse        // by row, the N-at-once rows (1 and 2) only
 	// The windows of each repetition, for the timelines: fresh (row 0), and at once
 	// (rows 1 and 2).
 	fresh, atOnce []window
@@ -179,6 +184,7 @@ type peerRun struct {
 	started time.Time
 	setup   [][2]string // what setting up took
 	load    []float64   // 1-minute load average, every 5 s
+	idle    cpuUse      // the machine's CPU with nothing measured running
 }
 
 func envDuration(name string, def time.Duration) time.Duration {
@@ -445,14 +451,26 @@ func (s *system) atOnceRep(t *testing.T, ctx context.Context, r, n int) {
 		names[i] = fmt.Sprintf("a%d-%d", r, i)
 	}
 	w := window{start: time.Now()}
+	c := startCPU(t)
 	d := timed(t, ctx, s.title+": "+peerMeasures[1].what(n), names, func(name string) error { return s.createPair(ctx, name) },
 		has(podsIn(ctx, s.ns, corev1.PodRunning)))
 	w.measured = w.start.Add(d)
 	s.d[1] = append(s.d[1], d)
+	s.addCPU(ctx, 1, c)
 	w.delStart = time.Now()
+	c = startCPU(t)
 	s.d[2] = append(s.d[2], s.deleteAll(t, ctx, s.title+": "+peerMeasures[2].what(n), names))
+	s.addCPU(ctx, 2, c)
 	w.end = time.Now()
 	s.atOnce = append(s.atOnce, w)
+}
+
+// addCPU keeps row i's CPU for this repetition, if it could be read (its absence in
+// one repetition leaves the row without a split: medianCPU needs one per repetition).
+func (s *system) addCPU(ctx context.Context, i int, c cpuWindow) {
+	if u, ok := c.end(ctx, s.ownPods); ok {
+		s.cpu[i] = append(s.cpu[i], u)
+	}
 }
 
 // quiet waits until no phase pod of bench-peers and no helper pod of local-path is left
@@ -601,6 +619,7 @@ func (run *peerRun) print(w io.Writer) {
 		}
 	}
 
+	run.printCPU(w)
 	if run.rec == nil {
 		return
 	}

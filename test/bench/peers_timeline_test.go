@@ -29,6 +29,7 @@ import (
 const (
 	annSelectedNode = "volume.kubernetes.io/selected-node"
 	localPathNS     = "local-path-storage"
+	hostpathNS      = "csi-hostpath" // the peer's install (its manifests put upstream's plugin there)
 
 	// stepClaimRefused is the step of a client pod whose claim the kubelet was not yet
 	// allowed to read (event FailedMount, "… no relationship found between node …"): the

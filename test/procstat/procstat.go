@@ -1,6 +1,7 @@
-// Package procstat reads a process's memory from /proc for pav's benchmarks
-// (test/bench, test/scale), which measure pav's processes on the single node
-// of the local cluster.
+// Package procstat reads a process's memory, and the machine's and its
+// processes' CPU time (cpu.go), from /proc for pav's benchmarks (test/bench,
+// test/scale), which measure pav's processes on the machine of the local
+// cluster.
 package procstat
 
 import (
