@@ -27,6 +27,9 @@ var cpuGroups = []string{procstat.RoleNode, procstat.RoleControl, ownGroup, "oth
 // ownGroup is the pods of the system measured (system.ownPods).
 const ownGroup = "the system's own pods"
 
+// cpuRows names peerMeasures' rows that have a CPU split (1 and 2).
+var cpuRows = [3]string{1: "at once", 2: "deleted"}
+
 // cpuUse is one window's CPU: the machine's busy core-seconds and the processes' split
 // (what the processes that exited left with no live reaper is the difference).
 type cpuUse struct {
@@ -122,7 +125,7 @@ func (run *peerRun) printCPU(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "CPU the machine spent (%d cores; core-seconds, from /proc: every node and pod of the local cluster runs on this machine), in the median repetition of each row", cores)
 	if run.idle.wall > 0 {
-		fmt.Fprintf(w, "; idle, the machine spends %.2f core-s per s (%s)", run.idle.busy/run.idle.wall.Seconds(), run.idle.split(""))
+		fmt.Fprintf(w, "; idle, the machine spends %.2f core-s per s (%s)", run.idle.busyRate(), run.idle.rates())
 	}
 	fmt.Fprintln(w, ":")
 	fmt.Fprintln(w)
@@ -138,8 +141,8 @@ func (run *peerRun) printCPU(w io.Writer) {
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %.2f | %.1f | %.0f%% | %.1f | %s | %.1f |\n", []string{"", "at once", "deleted"}[i], s.title,
-				u.wall.Seconds(), u.busy, 100*u.busy/(float64(max(cores, 1))*u.wall.Seconds()), run.aboveIdle(u), u.split(" | "), u.busy-u.attributed())
+			fmt.Fprintf(w, "| %s | %s | %.2f | %.1f | %.0f%% | %.1f | %s | %.1f |\n", cpuRows[i], s.title,
+				u.wall.Seconds(), u.busy, 100*u.busyRate()/float64(max(cores, 1)), run.aboveIdle(u), u.cells(), u.busy-u.attributed())
 		}
 	}
 	hp, pv := run.system("hostpath"), run.system("pav")
@@ -148,28 +151,34 @@ func (run *peerRun) printCPU(w io.Writer) {
 		b, okB := hp.medianCPU(i)
 		if okA && okB && run.aboveIdle(b) > 0 {
 			fmt.Fprintf(w, "\n%s: pav's CPU above idle is %.2f× host-path's (%.1f against %.1f core-s); pav's own pods (plugins, manager, phase pods) spent %.1f core-s of it (%.0f%%), the rest is the nodes' and the control plane's work.",
-				[]string{"", "at once", "deleted"}[i], run.aboveIdle(a)/run.aboveIdle(b), run.aboveIdle(a), run.aboveIdle(b),
+				cpuRows[i], run.aboveIdle(a)/run.aboveIdle(b), run.aboveIdle(a), run.aboveIdle(b),
 				a.groups[ownGroup], 100*a.groups[ownGroup]/max(run.aboveIdle(a), 0.01))
 		}
 	}
 	fmt.Fprintln(w)
 }
 
-// split is the groups' core-seconds, joined by sep; with sep "" a sentence.
-func (u cpuUse) split(sep string) string {
-	var cells []string
+// busyRate is the machine's busy core-seconds per second of the window.
+func (u cpuUse) busyRate() float64 { return u.busy / u.wall.Seconds() }
+
+// cells are the groups' core-seconds, as table cells.
+func (u cpuUse) cells() string {
+	c := make([]string, len(cpuGroups))
+	for i, g := range cpuGroups {
+		c[i] = fmt.Sprintf("%.1f", u.groups[g])
+	}
+	return strings.Join(c, " | ")
+}
+
+// rates are the groups' core-seconds per second, those of at least 0.005, as a list.
+func (u cpuUse) rates() string {
+	var c []string
 	for _, g := range cpuGroups {
-		switch {
-		case sep != "":
-			cells = append(cells, fmt.Sprintf("%.1f", u.groups[g]))
-		case u.groups[g] >= 0.005*u.wall.Seconds():
-			cells = append(cells, fmt.Sprintf("%s %.2f", g, u.groups[g]/u.wall.Seconds()))
+		if r := u.groups[g] / u.wall.Seconds(); r >= 0.005 {
+			c = append(c, fmt.Sprintf("%s %.2f", g, r))
 		}
 	}
-	if sep == "" {
-		return strings.Join(cells, ", ")
-	}
-	return strings.Join(cells, sep)
+	return strings.Join(c, ", ")
 }
 
 // aboveIdle is a window's busy time less what the idle machine would have spent in it.
@@ -177,7 +186,7 @@ func (run *peerRun) aboveIdle(u cpuUse) float64 {
 	if run.idle.wall <= 0 {
 		return u.busy
 	}
-	return u.busy - run.idle.busy/run.idle.wall.Seconds()*u.wall.Seconds()
+	return u.busy - run.idle.busyRate()*u.wall.Seconds()
 }
 
 // medianCPU is row i's CPU in the repetition whose wall time is the row's median.

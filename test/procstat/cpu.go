@@ -28,15 +28,7 @@ type procTime struct {
 
 // ReadCPU reads the machine's busy time and every process's CPU time.
 func ReadCPU() (CPU, error) {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return CPU{}, err
-	}
-	busy, err := machineBusy(fs)
-	if err != nil {
-		return CPU{}, err
-	}
-	all, err := fs.AllProcs()
+	busy, all, err := machine()
 	if err != nil {
 		return CPU{}, err
 	}
@@ -49,15 +41,20 @@ func ReadCPU() (CPU, error) {
 	return c, nil
 }
 
-// machineBusy is the time all processors spent on anything but idling or waiting
-// for I/O, in seconds.
-func machineBusy(fs procfs.FS) (float64, error) {
+// machine reads the time all processors spent on anything but idling or waiting
+// for I/O, in seconds, and lists the processes.
+func machine() (busy float64, all procfs.Procs, err error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0, nil, err
+	}
 	st, err := fs.Stat()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	t := st.CPUTotal
-	return t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ + t.Steal, nil
+	all, err = fs.AllProcs()
+	return t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ + t.Steal, all, err
 }
 
 // ticks is a process's CPU time and that of the children it reaped: a short-lived
@@ -100,15 +97,7 @@ var podCgroup = regexp.MustCompile(`kubepods.*pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_]
 // machine's own PID 1 is left out: it reaps every orphan of the machine (from long
 // before), which cannot be told apart.
 func Spent(before CPU) (busy float64, procs []Proc, err error) {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0, nil, err
-	}
-	now, err := machineBusy(fs)
-	if err != nil {
-		return 0, nil, err
-	}
-	all, err := fs.AllProcs()
+	now, all, err := machine()
 	if err != nil {
 		return 0, nil, err
 	}
