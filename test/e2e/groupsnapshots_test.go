@@ -107,19 +107,6 @@ func (e *env) volumeGroupSnapshot(name, class string, labels map[string]string) 
 	return string(got.GetUID())
 }
 
-// transientClassError: a group snapshot made right after its class can find the
-// snapshot-controller's cache without the class yet (a busy API server delays its watch
-// event); the controller sets status.error ("failed to get group snapshot class … not
-// found"), requeues the group snapshot, and clears the error once it is ready. Only that
-// error, while the class does exist, is waited out.
-func (e *env) transientClassError(class, msg string) bool {
-	if class == "" || !strings.Contains(msg, "failed to get group snapshot class") || !strings.Contains(msg, "not found") {
-		return false
-	}
-	_, err := dyn.Resource(volumeGroupSnapshotClasses).Get(e.ctx, class, metav1.GetOptions{})
-	return err == nil
-}
-
 // readyGroup is what a ready VolumeGroupSnapshot and its content say: the group's handle, and
 // each member's snapshot handle by its source volume handle.
 type readyGroup struct {
@@ -128,7 +115,7 @@ type readyGroup struct {
 }
 
 // waitGroupSnapshotReady waits for status.readyToUse; a status.error fails at once, but
-// for the snapshot-controller not having seen the class yet (transientClassError).
+// for the snapshot-controller not having seen the class yet (classNotSeenYet).
 func (e *env) waitGroupSnapshotReady(name string) readyGroup {
 	e.t.Helper()
 	r := readyGroup{members: map[string]string{}}
@@ -138,11 +125,9 @@ func (e *env) waitGroupSnapshotReady(name string) readyGroup {
 			return false, err
 		}
 		if msg, ok, _ := unstructured.NestedString(u.Object, "status", "error", "message"); ok && msg != "" {
-			class, _, _ := unstructured.NestedString(u.Object, "spec", "volumeGroupSnapshotClassName")
-			if !e.transientClassError(class, msg) {
+			if !e.classNotSeenYet(volumeGroupSnapshotClasses, u, "volumeGroupSnapshotClassName", msg) {
 				e.t.Fatalf("VolumeGroupSnapshot %s: status.error: %s", name, msg)
 			}
-			e.t.Logf("VolumeGroupSnapshot %s: status.error %q while its class exists: the snapshot-controller retries", name, msg)
 		}
 		ready, _, _ := unstructured.NestedBool(u.Object, "status", "readyToUse")
 		r.content, _, _ = unstructured.NestedString(u.Object, "status", "boundVolumeGroupSnapshotContentName")

@@ -118,6 +118,28 @@ func (e *env) volumeSnapshot(name, class, claim string) {
 	}
 }
 
+// classNotSeenYet: a snapshot or group snapshot made right after its class can find the
+// snapshot-controller's cache without the class yet (a busy API server delays its watch
+// event). The controller then sets status.error ("Failed to get snapshot class with error
+// … not found", "failed to get group snapshot class …"), requeues the object and clears the
+// error once it is ready (external-snapshotter v8.7.0, checkAndUpdate(Group)SnapshotClass).
+// Only that error, while the class named in spec.<classField> does exist, is waited out.
+func (e *env) classNotSeenYet(classes schema.GroupVersionResource, u *unstructured.Unstructured, classField, msg string) bool {
+	m := strings.ToLower(msg)
+	if !strings.Contains(m, "snapshot class") || !strings.Contains(m, "not found") {
+		return false
+	}
+	class, _, _ := unstructured.NestedString(u.Object, "spec", classField)
+	if class == "" {
+		return false
+	}
+	if _, err := dyn.Resource(classes).Get(e.ctx, class, metav1.GetOptions{}); err != nil {
+		return false
+	}
+	e.t.Logf("%s %s: status.error %q while its class %s exists: the snapshot-controller retries", u.GetKind(), u.GetName(), msg, class)
+	return true
+}
+
 // readySnapshot is what a ready VolumeSnapshot and its content say.
 type readySnapshot struct {
 	uid, content, handle string
@@ -125,7 +147,8 @@ type readySnapshot struct {
 }
 
 // waitSnapshotReady waits for status.readyToUse and returns the snapshot's content and
-// the CSI snapshot handle it holds. A snapshot error (status.error) fails at once.
+// the CSI snapshot handle it holds. A snapshot error (status.error) fails at once, but for
+// the snapshot-controller not having seen the class yet (classNotSeenYet).
 func (e *env) waitSnapshotReady(name string) readySnapshot {
 	e.t.Helper()
 	var r readySnapshot
@@ -134,7 +157,8 @@ func (e *env) waitSnapshotReady(name string) readySnapshot {
 		if err != nil {
 			return false, err
 		}
-		if msg, ok, _ := unstructured.NestedString(u.Object, "status", "error", "message"); ok && msg != "" {
+		if msg, ok, _ := unstructured.NestedString(u.Object, "status", "error", "message"); ok && msg != "" &&
+			!e.classNotSeenYet(volumeSnapshotClasses, u, "volumeSnapshotClassName", msg) {
 			return false, fmt.Errorf("status.error: %s", msg)
 		}
 		ready, _, _ := unstructured.NestedBool(u.Object, "status", "readyToUse")
