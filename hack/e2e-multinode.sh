@@ -27,7 +27,11 @@ for n in 2 3; do
   name="$NODE1-$n"
   if ! kubectl_admin get node "$name" >/dev/null 2>&1 || [ ! -S "$D/nodes/$name/run/containerd/containerd.sock" ]; then
     booted+=("$name")
-    "$ROOT/hack/cluster/node.sh" start "$name" & pids+=($!)
+    # A boot that fails (its report above says why) is tried once more from scratch: the
+    # tests are about pav across nodes, not about this machine's node emulation.
+    { "$ROOT/hack/cluster/node.sh" start "$name" ||
+      { log "e2e-multinode: node $name did not boot; removing it and booting it once more"
+        "$ROOT/hack/cluster/node.sh" remove "$name" && "$ROOT/hack/cluster/node.sh" start "$name"; }; } & pids+=($!)
   fi
 done
 # Every boot ends before a failed one stops the script (cleanup must not remove a node that is

@@ -217,8 +217,37 @@ start() {
     "$ROOT/hack/cluster/node.sh" _init "$NAME" >> "$N_LOGS/init.log" 2>&1 < /dev/null &
   echo $! > "$INIT_PID"
   wait_for "node $NAME's init" 20 init_pid
-  wait_for "node $NAME Ready (heartbeat ≥ $since; see $N_LOGS)" 180 node_ready "$NAME" "$since"
+  # Ready with a heartbeat from this boot; a node whose init died (containerd did not start,
+  # an image did not import) fails at once. Either failure prints what the node's logs say,
+  # since CI keeps only its own output.
+  local end=$((SECONDS + 180))
+  until node_ready "$NAME" "$since"; do
+    init_pid >/dev/null || { boot_report "$since"; die "node $NAME: its init exited during the boot"; }
+    [ $SECONDS -lt $end ] || { boot_report "$since"; die "timed out after 180s waiting for node $NAME Ready (heartbeat ≥ $since; logs in $N_LOGS)"; }
+    sleep 0.2
+  done
   log "node $NAME: Ready"
+}
+
+# boot_report SINCE: why node NAME is not Ready, on stderr: its Ready condition as the API
+# server has it, its init's output since the boot, and the last errors and warnings its
+# kubelet and containerd logged since they were started by it.
+boot_report() {
+  local cond
+  cond="$(kubectl_admin get node "$NAME" -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.lastHeartbeatTime} {.reason}: {.message}{end}' 2>&1)" || true
+  log "node $NAME: Ready condition (boot at $1): ${cond:-none}"
+  log "node $NAME: init.log since the boot:"
+  since_marker boot "$N_LOGS/init.log" | tail -n 20 | sed 's/^/  /' >&2
+  log "node $NAME: kubelet.log, last errors and warnings:"
+  since_marker start "$N_LOGS/kubelet.log" | grep -E '^[EW][0-9]{4} ' | tail -n 25 | cut -c1-400 | sed 's/^/  /' >&2
+  log "node $NAME: containerd.log, last errors:"
+  since_marker start "$N_LOGS/containerd.log" | grep -E 'level=(error|fatal)' | tail -n 10 | cut -c1-400 | sed 's/^/  /' >&2
+}
+
+# since_marker WORD FILE: FILE's lines after its last "==== <date> WORD" line (node_init's
+# daemon and start write one per run), nothing if FILE is missing.
+since_marker() {
+  awk -v w="$1" '$1 == "====" && $3 == w {n = 0; delete l; next} {l[++n] = $0} END {for (i = 1; i <= n; i++) print l[i]}' "$2" 2>/dev/null || true
 }
 
 stop() {
