@@ -147,28 +147,16 @@ func (s *Server) UnstageForgotten(ctx context.Context) {
 	if s.ForgottenGrace <= 0 {
 		return
 	}
-	entries, err := os.ReadDir(s.StateDir)
-	if err != nil {
-		if !os.IsNotExist(err) {
-			klog.ErrorS(err, "Cannot read the state directory to look for forgotten stagings", "dir", s.StateDir)
-		}
-		return
-	}
 	// Read once for all volumes, and only if one was left alone for the grace.
 	mounts := sync.OnceValues(hostmount.MountPoints)
-	for _, e := range entries {
-		dir := filepath.Join(s.StateDir, e.Name())
-		st, err := readState(dir)
-		if err != nil || st == nil {
-			continue
-		}
+	s.eachState("forgotten stagings", func(dir string, st *staged) {
 		if ok, err := s.idle(dir, st, mounts); err != nil || !ok {
-			continue
+			return
 		}
 		if err := s.unstageForgotten(ctx, st.Handle); err != nil {
 			klog.ErrorS(err, "Cannot unstage a staging the kubelet forgot yet; retrying later", "handle", st.Handle)
 		}
-	}
+	})
 }
 
 // unstageForgotten checks, under the volume's lock, that its staging is still

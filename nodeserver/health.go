@@ -3,8 +3,6 @@ package nodeserver
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -182,19 +180,7 @@ func (s *Server) WatchStagingPods(r PodEvents) {
 // is gone (it ended while the node plugin was not running). It reads only the
 // state directory and the runner's cache.
 func (s *Server) Sweep() {
-	entries, err := os.ReadDir(s.StateDir)
-	if os.IsNotExist(err) {
-		return
-	}
-	if err != nil {
-		klog.ErrorS(err, "Cannot read the state directory to check the staged volumes", "dir", s.StateDir)
-		return
-	}
-	for _, e := range entries {
-		st, err := readState(filepath.Join(s.StateDir, e.Name()))
-		if err != nil || st == nil {
-			continue
-		}
+	s.eachState("the staging pods that ended", func(_ string, st *staged) {
 		s.reportLost(st.Handle, func(st *staged) string {
 			pod, err := s.Pods.Cached(st.StagingPod.Namespace, st.StagingPod.Name)
 			switch {
@@ -205,7 +191,7 @@ func (s *Server) Sweep() {
 			}
 			return podLost(pod)
 		})
-	}
+	})
 }
 
 // reportLost reports, once per staging pod, that the KeepRunning staging pod

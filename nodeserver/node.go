@@ -39,9 +39,17 @@
 // A staging reads the volume's PV (by the name in its volume context), its PVC
 // and this Node, and creates the staging pod (and removes it if it completes);
 // an unstaging reads nothing (the context is in state.json) and removes the
-// staging pod, creates the unstaging pod and removes it. The only watch is the
-// runner's, on this node's pav pods of this provisioner: nothing the node
-// plugin holds or reads grows with the cluster (see lookup).
+// staging pod, creates the unstaging pod and removes it. The watches are the
+// runner's, on this node's pav pods of this provisioner, and StageAhead's, on
+// the pods bound to this node (trimmed to their claims), which reads a
+// Pending pod's claims and their PVs once: nothing the node plugin holds or
+// reads grows with the cluster (see lookup).
+//
+// # Staging ahead
+//
+// The kubelet's NodeStageVolume comes about 0.3 s after a pod is bound to the
+// node; the node plugin starts the same staging when the pod is bound, and the
+// kubelet's call waits for it and adopts it (ahead.go).
 package nodeserver
 
 import (
@@ -61,6 +69,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -127,6 +136,15 @@ type Server struct {
 	touched      sync.Map
 	// For ReleaseStaleSubPaths: the subPath mounts being stat'ed (path → true).
 	statting sync.Map
+
+	// For StageAhead (ahead.go): this node's pods (indexed by claim), the
+	// stagings made ahead under way (handle → chan closed at their end), the
+	// pods already looked at (UID → true) and the claims whose volume was
+	// staged ahead (claim → handle).
+	pods        cache.Indexer
+	ahead       sync.Map
+	aheadPods   sync.Map
+	aheadClaims sync.Map
 }
 
 // runPod runs op's pod under the identity recorded in *slot, recording a fresh
@@ -412,6 +430,11 @@ type stageRequest struct {
 	// inline: an inline ephemeral volume, created already (inline.go): its
 	// capacity and pod; it has no PV, claim or static validation.
 	inline *inlineStage
+	// ahead: staged by the node plugin ahead of the kubelet (ahead.go), not
+	// by a CSI call; read: the objects of the staging context it read
+	// already (the PV and the claim, and the Node if it needed it).
+	ahead bool
+	read  phase.Objects
 }
 
 // inlineStage is what staging an inline volume takes from its creation.
@@ -456,7 +479,16 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	release, ok := s.busy.TryAcquire(handle)
 	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
+		// A staging made ahead of this call (ahead.go) is waited for, and
+		// adopted below: the kubelet would retry only 0.5 s later.
+		if waited, err := s.waitAhead(ctx, handle); err != nil {
+			return nil, status.FromContextError(err).Err()
+		} else if waited {
+			release, ok = s.busy.TryAcquire(handle)
+		}
+		if !ok {
+			return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", handle)
+		}
 	}
 	defer release()
 
@@ -471,7 +503,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if st, err := readState(dir); err != nil {
 		return nil, grpcerr.Status(err)
 	} else if st != nil && st.Staged {
-		if st.StagedAt != target {
+		if st.StagedAt != target && !st.Ahead {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", handle, st.StagedAt)
 		}
 		if st.VolumeMode != r.mode {
@@ -536,6 +568,12 @@ func (s *Server) stage(ctx context.Context, p *v1alpha1.PavProvisioner, r stageR
 				return err
 			}
 			if why == "" {
+				if prev.Ahead && !r.ahead {
+					// The kubelet's call adopts a staging made ahead of it:
+					// its path, and its unstaging, are the kubelet's now.
+					prev.Ahead, prev.StagedAt = false, r.target
+					return writeState(dir, prev)
+				}
 				return nil
 			}
 			s.eventf(prev, corev1.EventTypeWarning, ReasonStagingLost, "Volume %s must be staged again on node %s: %s", r.handle, s.NodeID, why)
@@ -555,7 +593,7 @@ func (s *Server) stage(ctx context.Context, p *v1alpha1.PavProvisioner, r stageR
 	}
 
 	st := &staged{Handle: r.handle, VolumeMode: r.mode, Access: []corev1.PersistentVolumeAccessMode{r.access},
-		Params: volume.UserParams(r.volumeContext), StagedAt: r.target, ReadOnly: r.readOnly, BootID: boot}
+		Params: volume.UserParams(r.volumeContext), StagedAt: r.target, ReadOnly: r.readOnly, BootID: boot, Ahead: r.ahead}
 	if prev != nil && prev.Unstaging {
 		// An unstaging was under way (the revert of a failed staging, the
 		// clean-up of a lost one): finish it before staging again.
@@ -584,7 +622,7 @@ func (s *Server) stage(ctx context.Context, p *v1alpha1.PavProvisioner, r stageR
 			return grpcerr.WithCode(codes.InvalidArgument, err)
 		}
 		st.Capacity = capacity
-		if objs, err = s.lookup(ctx, p.Name, r.handle, r.volumeContext); err != nil {
+		if objs, err = s.contextObjects(ctx, p.Name, r); err != nil {
 			return err
 		}
 		st.apply(objs)

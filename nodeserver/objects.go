@@ -72,6 +72,24 @@ func (s *Server) lookup(ctx context.Context, driver, handle string, vc map[strin
 	return objs, nil
 }
 
+// contextObjects are the objects of r's staging context: those a staging
+// ahead read a moment ago (their checks are lookup's, and more), and the
+// rest, or all of them, as lookup reads them.
+func (s *Server) contextObjects(ctx context.Context, driver string, r stageRequest) (phase.Objects, error) {
+	if r.read.PV == nil || s.Client == nil {
+		return s.lookup(ctx, driver, r.handle, r.volumeContext)
+	}
+	objs := r.read
+	if objs.Node == nil {
+		node, err := s.Client.Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
+		if err != nil {
+			return objs, fmt.Errorf("reading Node %s: %w", s.NodeID, err)
+		}
+		objs.Node = node
+	}
+	return objs, nil
+}
+
 // staticPV finds the PV of driver and handle among the PVs of the claims that
 // pods on this node use (see lookup); nil if none does.
 func (s *Server) staticPV(ctx context.Context, driver, handle string) (*corev1.PersistentVolume, error) {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/pods-as-volumes/pav/api/v1alpha1"
 	"github.com/pods-as-volumes/pav/internal/compat"
@@ -74,6 +75,11 @@ type staged struct {
 
 	// Staged: the staging pod is done (or ready) and /pav/volume checked out.
 	Staged bool `json:"staged"`
+	// Ahead: the node plugin staged the volume ahead of the kubelet, for a
+	// pod bound to this node (ahead.go), and the kubelet's NodeStageVolume
+	// has not adopted the staging yet. StagedAt is then the path the kubelet
+	// is expected to give.
+	Ahead bool `json:"ahead,omitempty"`
 	// Unstaging: an unstaging began (NodeUnstage, the revert of a failed
 	// staging, or the clean-up of a lost one), so the volume is no longer
 	// staged, and the unstaging must finish before it is staged again.
@@ -200,6 +206,26 @@ func readState(dir string) (*staged, error) {
 			dir, st.FormatVersion, stateFormat.ReleaseOf(st.FormatVersion))
 	}
 	return st, nil
+}
+
+// eachState calls f with the directory and state of every volume of this
+// node whose state.json reads; errors (a missing state directory, a state of
+// another format) leave the volume out. what names the look, for a log of a
+// state directory that cannot be read.
+func (s *Server) eachState(what string, f func(dir string, st *staged)) {
+	entries, err := os.ReadDir(s.StateDir)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			klog.ErrorS(err, "Cannot read the state directory", "dir", s.StateDir, "for", what)
+		}
+		return
+	}
+	for _, e := range entries {
+		dir := filepath.Join(s.StateDir, e.Name())
+		if st, err := readState(dir); err == nil && st != nil {
+			f(dir, st)
+		}
+	}
 }
 
 // readStateFile reads state.json as it is, of this format or an older one.

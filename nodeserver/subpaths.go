@@ -40,7 +40,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -137,16 +136,12 @@ func (s *Server) ReleaseStaleSubPaths(ctx context.Context) {
 	if s.Client == nil {
 		return
 	}
-	entries, err := os.ReadDir(s.StateDir)
-	if err != nil {
-		return // none staged yet, or logged by UnstageForgotten
-	}
 	byPV := map[string]*staged{}
-	for _, e := range entries {
-		if st, err := readState(filepath.Join(s.StateDir, e.Name())); err == nil && st != nil && st.PV != "" {
+	s.eachState("subPath mounts", func(_ string, st *staged) {
+		if st.PV != "" {
 			byPV[st.PV] = st
 		}
-	}
+	})
 	if len(byPV) == 0 {
 		return
 	}

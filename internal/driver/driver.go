@@ -75,6 +75,9 @@ type Options struct {
 	// staging the kubelet forgot once it went unused this long; 0: never
 	// (nodeserver's forgotten.go).
 	ForgottenGrace time.Duration
+	// StageAhead (--stage-ahead): node plugins stage the volumes of a pod as
+	// soon as it is bound to their node (nodeserver's ahead.go).
+	StageAhead bool
 	// Rate limits the driver's API requests (--kube-api-qps, --kube-api-burst).
 	Rate    kubeconfig.Rate
 	Version string
@@ -243,6 +246,13 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 			relay := endrelay.New(endrelay.Config{Client: d.Client, Namespace: o.PodNamespace, Provisioner: name, Node: o.NodeID})
 			if err := relay.Start(ctx); err != nil {
 				return nil, nil, err
+			}
+			// The volumes of the pods bound to this node, staged as soon as
+			// they are bound rather than when the kubelet asks.
+			if o.StageAhead {
+				if err := svc.Node.StageAhead(ctx); err != nil {
+					return nil, nil, err
+				}
 			}
 		}
 	}

@@ -33,6 +33,7 @@ func Main(ctx context.Context, name string, args []string, stderr io.Writer, ver
 	fs.StringVar(&o.ReportImage, "report-image", "", "image of pav-report, which reports the /pav files of controller-side pods and the end of node pods (default: this pod's own pav image)")
 	fs.StringVar(&o.PodReport, "pod-report", PodReportAuto, "how pods report: exec (pav-report, from an image volume of the report image, runs the command of a pod that has one container: it reports a controller-side pod's /pav files, and a node pod's exit code at once), sidecar (a native sidecar in every controller-side pod; node pods unwrapped), or auto (node plugins: exec; others: exec on Kubernetes 1.35 and later)")
 	fs.DurationVar(&o.ForgottenGrace, "unstage-forgotten-after", nodeserver.DefaultForgottenGrace, "node: unstage a volume staged on this node that no pod uses and the kubelet will not unstage (it restarted during the unstaging) once the kubelet left it alone this long (0: never)")
+	fs.BoolVar(&o.StageAhead, "stage-ahead", true, "node: start a volume's staging when a pod that uses it is bound to this node, before the kubelet's NodeStageVolume (which waits for it and adopts it); costs each node plugin a watch of its node's pods and a claim read per pod with claims")
 	fs.StringVar(&o.StateDir, "state-dir", "", "node: host directory for per-volume state (default /var/lib/kubelet/plugins/NAME/volumes)")
 	o.Rate = kubeconfig.DefaultRate
 	o.Rate.AddFlags(fs)

@@ -164,6 +164,9 @@ func Render(p *v1alpha1.PavProvisioner, namespace string, s Settings) (*Objects,
 		if g := s.NodePlugin.UnstageForgottenAfter; g != nil && c.driver && c.spec == node {
 			ct.Args = setArg(ct.Args, "--unstage-forgotten-after", g.Duration.String())
 		}
+		if a := s.NodePlugin.StageAhead; a != nil && c.driver && c.spec == node {
+			ct.Args = setArg(ct.Args, "--stage-ahead", strconv.FormatBool(*a))
+		}
 		// The registrar and livenessprobe make no API request (and have no such flag).
 		if a := s.KubeAPI; a != nil && c.name != containerRegistrar && c.name != containerLiveness {
 			ct.Args = setArg(ct.Args, "--"+kubeconfig.FlagQPS, strconv.FormatFloat(a.QPS, 'f', -1, 64))

@@ -102,6 +102,10 @@ type NodePlugin struct {
 	// how long a staging the kubelet forgot (it restarted while unstaging it)
 	// must have gone unused before the node plugin unstages it; "0s": never.
 	UnstageForgottenAfter *ForgottenGrace `json:"unstageForgottenAfter,omitempty"`
+	// StageAhead is the node plugins' --stage-ahead: whether they start a
+	// volume's staging when its pod is bound to their node rather than at
+	// the kubelet's NodeStageVolume (default true).
+	StageAhead *bool `json:"stageAhead,omitempty"`
 }
 
 // Resources of each container; nil keeps the manifest's requests.

@@ -110,6 +110,13 @@ func TestRenderAppliesSettings(t *testing.T) {
 				}
 			}
 		}},
+		{"staging ahead turned off, for the node plugin only", Settings{NodePlugin: NodePlugin{StageAhead: new(false)}}, func(t *testing.T, o *Objects) {
+			for name, c := range containers(o) {
+				if has := slices.Contains(c.Args, "--stage-ahead=false"); has != (name == "node/pav") {
+					t.Errorf("%s args %v", name, c.Args)
+				}
+			}
+		}},
 		{"API client rate of every container that talks to the API", Settings{KubeAPI: &kubeconfig.Rate{QPS: 200.5, Burst: 400}}, func(t *testing.T, o *Objects) {
 			for name, c := range containers(o) {
 				var got []string
