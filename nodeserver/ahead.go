@@ -45,6 +45,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 
+	"github.com/pods-as-volumes/pav/internal/endrelay"
 	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/phase"
 	"github.com/pods-as-volumes/pav/podrunner"
@@ -55,17 +56,13 @@ import (
 // then is left recorded, and the kubelet's next call adopts it and waits on.
 const stageAheadTimeout = 2 * time.Minute
 
-// KubeletRoot is the kubelet's root directory, where pav's manifests mount it
-// in the node plugin.
-const KubeletRoot = "/var/lib/kubelet"
-
 // KubeletStagingPath is the staging target path the kubelet (1.21 and
 // later) gives driver's volume handle in NodeStageVolume: a staging made
 // ahead records it, so that the kubelet's call finds what it expects (one
 // with another path adopts the staging all the same).
 func KubeletStagingPath(driver, handle string) string {
 	sum := sha256.Sum256([]byte(handle))
-	return filepath.Join(KubeletRoot, "plugins", "kubernetes.io", "csi", driver, hex.EncodeToString(sum[:]), "globalmount")
+	return filepath.Join(endrelay.DefaultKubeletDir, "plugins", "kubernetes.io", "csi", driver, hex.EncodeToString(sum[:]), "globalmount")
 }
 
 // claimIndex indexes the pods of the node by the claims they use (podClaims).
@@ -75,7 +72,7 @@ const claimIndex = "claim"
 // need staged.
 func podClaims(obj any) ([]string, error) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || ended(pod) {
+	if !ok || podrunner.Finished(pod) {
 		return nil, nil
 	}
 	return claimsOf(pod), nil
@@ -138,10 +135,6 @@ func trimPod(obj any) (any, error) {
 	return out, nil
 }
 
-func ended(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
 func podOf(obj any) *corev1.Pod {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -157,7 +150,7 @@ func (s *Server) podSeen(ctx context.Context, obj any) {
 	pod := podOf(obj)
 	switch {
 	case pod == nil || pod.Spec.NodeName != s.NodeID:
-	case ended(pod):
+	case podrunner.Finished(pod):
 		s.podGone(ctx, pod)
 	case pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodPending:
 	default:
@@ -213,20 +206,12 @@ func (s *Server) stageAheadClaim(ctx context.Context, claim string) (handle stri
 		logger.V(4).Info("Not staging the claim's volume ahead of the kubelet", "why", why)
 		return ""
 	}
-	done := make(chan struct{})
-	if _, busy := s.ahead.LoadOrStore(r.handle, done); busy {
-		return ""
-	}
-	release, ok := s.busy.TryAcquire(r.handle)
-	defer func() {
-		// In this order: a NodeStageVolume waiting on done takes the volume next.
-		release()
-		s.ahead.Delete(r.handle)
-		close(done)
-	}()
+	// Waitable: the kubelet's NodeStageVolume waits for it (Await).
+	release, ok := s.busy.TryAcquireWaitable(r.handle)
 	if !ok {
 		return "" // the kubelet got there first
 	}
+	defer release()
 	dir := s.volumeDir(r.handle)
 	if m, err := s.readMarker(r.handle); err != nil || m != nil {
 		return ""
@@ -325,26 +310,11 @@ func kubeletAccess(pv *corev1.PersistentVolume) corev1.PersistentVolumeAccessMod
 	return pv.Spec.AccessModes[0]
 }
 
-// waitAhead waits for a staging made ahead of the kubelet that holds the
-// volume, if one does; false if none does (another operation holds it).
-func (s *Server) waitAhead(ctx context.Context, handle string) (bool, error) {
-	done, ok := s.ahead.Load(handle)
-	if !ok {
-		return false, nil
-	}
-	select {
-	case <-done.(chan struct{}):
-		return true, nil
-	case <-ctx.Done():
-		return true, ctx.Err()
-	}
-}
-
 // undoAhead unstages the staging made ahead of the kubelet for claim, if the
 // kubelet did not adopt it and no pod on the node that has not ended uses
 // the claim; a staging ahead still under way is waited for first.
 func (s *Server) undoAhead(ctx context.Context, handle, claim string) {
-	if _, err := s.waitAhead(ctx, handle); err != nil || s.claimWanted(claim) {
+	if _, err := s.busy.Await(ctx, handle); err != nil || s.claimWanted(claim) {
 		return
 	}
 	release, ok := s.busy.TryAcquire(handle)

@@ -69,16 +69,6 @@ func (e *env) state(handle string) *staged {
 	return st
 }
 
-// eventually waits up to 10 s for cond.
-func (e *env) eventually(what string, cond func() bool) {
-	e.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // stagedAhead makes handle's volume with its claim Bound, a Pending pod
 // "user" of the node that uses it, and stages the volume ahead for it.
 func (e *env) stagedAhead(handle string) (vc map[string]string, pod *corev1.Pod, idx cache.Indexer) {
@@ -175,7 +165,8 @@ func TestNodeStageWaitsForStagingAhead(t *testing.T) {
 	e.nodePods(e.srv, pendingPod("user", "claim-vol-w"))
 	done := make(chan string)
 	go func() { done <- e.srv.stageAheadClaim(e.ctx, claim) }()
-	e.eventually("the staging ahead to start", func() bool { _, ok := e.srv.ahead.Load("vol-w"); return ok })
+	// Its staging pod is asked for once the staging ahead holds the volume.
+	waitFor(t, "the staging ahead to start", func() bool { return e.count(v1alpha1.PhaseStaging) == 1 })
 
 	req := e.stageReq("vol-w", false)
 	req.VolumeContext = vc
@@ -247,7 +238,7 @@ func TestStageAheadUndone(t *testing.T) {
 			tc.then(e, idx, pod)
 			gone := func() bool { _, err := os.Stat(e.srv.volumeDir("vol-u")); return os.IsNotExist(err) }
 			if tc.want {
-				e.eventually("the staging ahead to be undone", gone)
+				waitFor(t, "the staging ahead to be undone", gone)
 				if n := e.count(v1alpha1.PhaseUnstaging); n != 1 {
 					t.Fatalf("%d unstaging pods, want 1", n)
 				}

@@ -86,7 +86,7 @@ func podLost(pod *corev1.Pod) string {
 	switch {
 	case pod.DeletionTimestamp != nil:
 		return "is being deleted"
-	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+	case podrunner.Finished(pod):
 		msg := fmt.Sprintf("has ended (phase %s", pod.Status.Phase)
 		if pod.Status.Reason != "" {
 			msg += ", reason " + pod.Status.Reason

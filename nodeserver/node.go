@@ -138,11 +138,10 @@ type Server struct {
 	statting sync.Map
 
 	// For StageAhead (ahead.go): this node's pods (indexed by claim), the
-	// stagings made ahead under way (handle → chan closed at their end), the
 	// pods already looked at (UID → true) and the claims whose volume was
-	// staged ahead (claim → handle).
+	// staged ahead (claim → handle). A staging ahead under way holds its
+	// volume in busy as a waitable operation.
 	pods        cache.Indexer
-	ahead       sync.Map
 	aheadPods   sync.Map
 	aheadClaims sync.Map
 }
@@ -481,7 +480,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if !ok {
 		// A staging made ahead of this call (ahead.go) is waited for, and
 		// adopted below: the kubelet would retry only 0.5 s later.
-		if waited, err := s.waitAhead(ctx, handle); err != nil {
+		if waited, err := s.busy.Await(ctx, handle); err != nil {
 			return nil, status.FromContextError(err).Err()
 		} else if waited {
 			release, ok = s.busy.TryAcquire(handle)

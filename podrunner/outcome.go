@@ -121,7 +121,7 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut, trustEnde
 	sidecar := containerStatus(pod.Status.InitContainerStatuses, ReportContainer)
 	wrappedName, isWrapped := Wrapped(pod)
 
-	if op.HostPath == "" && len(op.LogFiles) == 0 && !finished(pod) {
+	if op.HostPath == "" && len(op.LogFiles) == 0 && !Finished(pod) {
 		// The node plugin of the pod's node saw pav-report's copy of a
 		// successful report (/pav/.pav-ended) and relayed it: a relist (up
 		// to 1 s) before the kubelet publishes the container's end.
@@ -130,7 +130,7 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut, trustEnde
 		}
 	}
 
-	if op.HostPath != "" && op.EndAtExit && isWrapped && !finished(pod) {
+	if op.HostPath != "" && op.EndAtExit && isWrapped && !Finished(pod) {
 		// pav-report wrote the command's exit code on the host as it ended
 		// (report.ExecNode): a success needs no wait for the kubelet's
 		// relist. A failure waits for the pod's status, which says why.
@@ -140,7 +140,7 @@ func evaluate(op *Operation, pod *corev1.Pod, reportExpired, timedOut, trustEnde
 		}
 	}
 
-	if op.HostPath == "" && isWrapped && !finished(pod) && endedInFact(pod) {
+	if op.HostPath == "" && isWrapped && !Finished(pod) && endedInFact(pod) {
 		// The kubelet publishes a pod's terminal phase only once it has
 		// stopped the pod's sandbox, a relist or so after its containers
 		// ended (about a second, measured); the wrapped container's end,

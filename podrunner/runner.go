@@ -757,7 +757,8 @@ func describeOwner(pod *corev1.Pod) string {
 	return "someone else (it has no pav labels)"
 }
 
-func finished(pod *corev1.Pod) bool {
+// Finished says whether a pod has ended (Succeeded or Failed).
+func Finished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
@@ -796,7 +797,7 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 	for {
 		p := pw.cached()
 		switch {
-		case p != nil && p.UID == uid && p.DeletionTimestamp != nil && !finished(p):
+		case p != nil && p.UID == uid && p.DeletionTimestamp != nil && !Finished(p):
 			// Someone deletes it while it runs: what it ends with is its
 			// killing, not the operation's result.
 			logger.Info("The operation's pod is being deleted before it finished; waiting for it to go")
@@ -834,7 +835,7 @@ func (r *Runner) await(ctx context.Context, pw *podWatch, op *Operation, cur *co
 			// waiting for the report). A pod merely absent from the cache is
 			// not enough: the informer updates its store before it calls the
 			// delete handler that records the last state, so wait for that.
-			if last, _ := pw.lastState(uid); last != nil && finished(last) {
+			if last, _ := pw.lastState(uid); last != nil && Finished(last) {
 				if v := evaluate(op, last, true, timedOut, r.trustEnded(last), r.cfg.PodTimeout, grace, time.Now()); v.done {
 					logger.V(2).Info("Pod finished and was deleted before we looked; using its last state")
 					return last, v, nil
@@ -896,7 +897,7 @@ func (r *Runner) waitGone(ctx context.Context, pw *podWatch, uid types.UID, seen
 func (r *Runner) deletePod(ctx context.Context, pod *corev1.Pod) error {
 	bg := metav1.DeletePropagationBackground
 	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
-	if _, relayed := relayedEnd(pod, r.trustEnded(pod)); !finished(pod) && (endedInFact(pod) || relayed) && !usesClaims(pod) {
+	if _, relayed := relayedEnd(pod, r.trustEnded(pod)); !Finished(pod) && (endedInFact(pod) || relayed) && !usesClaims(pod) {
 		// Its containers have all ended (or its node plugin relayed the
 		// wrapped command's end) but the kubelet has not published
 		// the terminal phase yet: a graceful deletion would wait for the

@@ -152,7 +152,7 @@ func podReport(ctx context.Context, o Options, client kube.Interface) podrunner.
 // provisioner: beside the kubelet's plugin sockets, the same path in the
 // plugin's container and on the host.
 func DefaultStateDir(provisioner string) string {
-	return filepath.Join("/var/lib/kubelet/plugins", provisioner, "volumes")
+	return filepath.Join(endrelay.DefaultKubeletDir, "plugins", provisioner, "volumes")
 }
 
 // Services are the three CSI services of one driver process.

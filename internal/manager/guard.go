@@ -103,7 +103,7 @@ func podGuard(pods cache.Indexer) guard {
 			case ph == string(v1alpha1.PhaseCapacity):
 			case ph == string(v1alpha1.PhaseStaging):
 				out = append(out, fmt.Sprintf("staging pod %s/%s (a volume is staged on node %s)", pod.Namespace, pod.Name, pod.Spec.NodeName))
-			case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+			case podrunner.Finished(pod):
 			default:
 				out = append(out, fmt.Sprintf("%s pod %s/%s (%s)", ph, pod.Namespace, pod.Name, pod.Status.Phase))
 			}

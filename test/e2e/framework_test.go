@@ -423,8 +423,11 @@ func (e *env) waitPodRunning(name string) {
 	})
 }
 
-func (e *env) logs(name string) string {
-	rc, err := client.CoreV1().Pods(e.ns).GetLogs(name, &corev1.PodLogOptions{}).Stream(e.ctx)
+func (e *env) logs(name string) string { return podLog(e.ctx, e.ns, name, "") }
+
+// podLog is the log of a pod's container ("": its only one), or why there is none.
+func podLog(ctx context.Context, ns, name, container string) string {
+	rc, err := client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: container}).Stream(ctx)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -31,7 +30,8 @@ func TestStagingAhead(t *testing.T) {
 		}
 		pv := e.waitBound("kept")
 		handle := pv.Spec.CSI.VolumeHandle
-		if log := e.nodePluginLog(); !strings.Contains(log, `"Volume staged ahead of the kubelet" claim="`+e.ns+`/kept"`) {
+		// The pav container of the node plugin on the test's node.
+		if log := podLog(e.ctx, "pav", e.nodePlugin().Name, "pav"); !strings.Contains(log, `"Volume staged ahead of the kubelet" claim="`+e.ns+`/kept"`) {
 			t.Errorf("the node plugin did not stage %s ahead of the kubelet; the end of its log:\n%s", handle, lastLines(log, 20))
 		}
 		e.deletePod("reader")
@@ -88,18 +88,6 @@ func TestStagingAhead(t *testing.T) {
 		e.wantRuns("deletion", handle, 1)
 		e.assertClean(pv.Name, handle)
 	})
-}
-
-// nodePluginLog is the log of the pav container of the node plugin on the test's node.
-func (e *env) nodePluginLog() string {
-	e.t.Helper()
-	rc, err := client.CoreV1().Pods("pav").GetLogs(e.nodePlugin().Name, &corev1.PodLogOptions{Container: "pav"}).Stream(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer rc.Close()
-	b, _ := io.ReadAll(rc)
-	return string(b)
 }
 
 func lastLines(s string, n int) string {
