@@ -253,7 +253,7 @@ bench-e2e: e2e-setup
 # bench-peers: pav beside csi-driver-host-path and local-path-provisioner (PEERS_DIR: their
 # install scripts and images, ../shared/peers) and bare pods, interleaved in one run: a pod and
 # its new claim → Running, BENCH_PEERS_N pairs at once, their deletion; medians of BENCH_REPS
-# (BENCH_LOCALPATH_REPS for local-path), the table with issue 37's targets and the timelines of
+# (BENCH_LOCALPATH_REPS for local-path, 0 to leave it out), the table with issue 37's targets and the timelines of
 # the median runs, also in _output/bench-peers.md (test/bench/peers_test.go;
 # docs/performance.md). It installs the peers and uninstalls them at the end.
 PEERS_DIR            ?= $(abspath $(CURDIR)/../shared/peers)

@@ -74,6 +74,14 @@ func envInt(name string, def int) int {
 	return def
 }
 
+// envCount is envInt that also takes 0 (none of something).
+func envCount(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
+}
+
 func envInts(name string, def []int) []int {
 	var out []int
 	for _, f := range strings.FieldsFunc(os.Getenv(name), func(r rune) bool { return r == ',' || r == ' ' }) {

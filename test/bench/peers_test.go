@@ -47,7 +47,7 @@ import (
 //   - those N pods and claims deleted → all their PVs gone (bare: N pods deleted → gone);
 //
 // medians of PAV_BENCH_REPS (5) repetitions with their range (local-path:
-// PAV_BENCH_LOCALPATH_REPS, at most as many), rotating which system goes first. It prints the
+// PAV_BENCH_LOCALPATH_REPS, at most as many, 0 for none), rotating which system goes first. It prints the
 // table with ratios against host-path and bare pods, the targets with PASS/OVER, the
 // load average during the run, and the timelines of the median repetitions (what the bench's
 // watches saw: claim, scheduler, PV, binding, every pod's steps, events); with
@@ -62,7 +62,7 @@ func TestBenchPeers(t *testing.T) {
 	peers := peersDir(t)
 	reps := envInt("PAV_BENCH_REPS", 5)
 	n := envInt("PAV_BENCH_PEERS_N", 20)
-	lpReps := min(reps, envInt("PAV_BENCH_LOCALPATH_REPS", reps))
+	lpReps := min(reps, envCount("PAV_BENCH_LOCALPATH_REPS", reps)) // 0 leaves local-path out
 	// Ctrl-C or SIGTERM ends the run through the test's failure path, so that the
 	// cleanups still remove what it made and uninstall the peers.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
