@@ -135,21 +135,13 @@ func trimPod(obj any) (any, error) {
 	return out, nil
 }
 
-func podOf(obj any) *corev1.Pod {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, _ := obj.(*corev1.Pod)
-	return pod
-}
-
 // podSeen stages ahead the volumes of a pod the kubelet is about to start, the
 // first time it is seen Pending on this node; a pod that ended lets go of the
 // stagings made ahead for it.
 func (s *Server) podSeen(ctx context.Context, obj any) {
-	pod := podOf(obj)
+	pod, ok := kube.Unwrap[*corev1.Pod](obj)
 	switch {
-	case pod == nil || pod.Spec.NodeName != s.NodeID:
+	case !ok || pod.Spec.NodeName != s.NodeID:
 	case podrunner.Finished(pod):
 		s.podGone(ctx, pod)
 	case pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodPending:
@@ -176,8 +168,8 @@ func (s *Server) podSeen(ctx context.Context, obj any) {
 // podGone unstages the stagings made ahead for a pod that was deleted or
 // ended, unless the kubelet adopted them or another pod uses their claim.
 func (s *Server) podGone(ctx context.Context, obj any) {
-	pod := podOf(obj)
-	if pod == nil {
+	pod, ok := kube.Unwrap[*corev1.Pod](obj)
+	if !ok {
 		return
 	}
 	s.aheadPods.Delete(pod.UID)
@@ -270,7 +262,7 @@ func (s *Server) aheadRequest(ctx context.Context, driver, claim string) (r stag
 	// The staging reads no object again (apibudget.Stage holds for it).
 	read := phase.Objects{PV: pv, PVC: pvc}
 	if na := pv.Spec.NodeAffinity; na != nil && na.Required != nil {
-		if read.Node, err = s.Client.Nodes().Get(ctx, s.NodeID, metav1.GetOptions{}); err != nil {
+		if read.Node, err = s.node(ctx); err != nil {
 			return r, "", err
 		}
 		if ok, err := corev1helpers.MatchNodeSelectorTerms(read.Node, na.Required); err != nil || !ok {

@@ -64,12 +64,17 @@ func (s *Server) lookup(ctx context.Context, driver, handle string, vc map[strin
 			}
 		}
 	}
+	objs.Node, err = s.node(ctx)
+	return objs, err
+}
+
+// node reads this node's Node, which every staging context has.
+func (s *Server) node(ctx context.Context) (*corev1.Node, error) {
 	node, err := s.Client.Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
 	if err != nil {
-		return objs, fmt.Errorf("reading Node %s: %w", s.NodeID, err)
+		return nil, fmt.Errorf("reading Node %s: %w", s.NodeID, err)
 	}
-	objs.Node = node
-	return objs, nil
+	return node, nil
 }
 
 // contextObjects are the objects of r's staging context: those a staging
@@ -80,14 +85,11 @@ func (s *Server) contextObjects(ctx context.Context, driver string, r stageReque
 		return s.lookup(ctx, driver, r.handle, r.volumeContext)
 	}
 	objs := r.read
+	var err error
 	if objs.Node == nil {
-		node, err := s.Client.Nodes().Get(ctx, s.NodeID, metav1.GetOptions{})
-		if err != nil {
-			return objs, fmt.Errorf("reading Node %s: %w", s.NodeID, err)
-		}
-		objs.Node = node
+		objs.Node, err = s.node(ctx)
 	}
-	return objs, nil
+	return objs, err
 }
 
 // staticPV finds the PV of driver and handle among the PVs of the claims that

@@ -188,9 +188,7 @@ func (r *Runner) Start(ctx context.Context) error {
 			r.onEvent(newObj, false)
 		},
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
+			obj, _ = kube.Unwrap[any](obj)
 			r.onEvent(obj, true)
 		},
 	}); err != nil {

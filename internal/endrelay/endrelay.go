@@ -144,10 +144,7 @@ func PodDir(kubeletDir string, uid types.UID, volume string) string {
 
 // observe starts or stops waiting for a pod.
 func (r *Relay) observe(ctx context.Context, obj any, deleted bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := kube.Unwrap[*corev1.Pod](obj)
 	if !ok {
 		return
 	}

@@ -272,3 +272,14 @@ func NewInformer[L runtime.Object](client any, r ListWatcher[L], example runtime
 	}
 	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), example, resync, all)
 }
+
+// Unwrap is obj as a T, as an informer's event handler receives it: a
+// deletion the informer missed (it relisted) comes as a
+// cache.DeletedFinalStateUnknown, whose Obj is the last state it had.
+func Unwrap[T any](obj any) (T, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	v, ok := obj.(T)
+	return v, ok
+}

@@ -202,3 +202,27 @@ func TestEventReferences(t *testing.T) {
 		}
 	}
 }
+
+// TestUnwrap: an informer's object, or the last state a missed deletion
+// carries, as the type the handler wants.
+func TestUnwrap(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+	for _, tc := range []struct {
+		name string
+		obj  any
+		ok   bool
+	}{
+		{"object", pod, true},
+		{"missed deletion", cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: pod}, true},
+		{"another type", &corev1.Node{}, false},
+		{"missed deletion of another type", cache.DeletedFinalStateUnknown{Key: "n", Obj: &corev1.Node{}}, false},
+		{"nil", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := kube.Unwrap[*corev1.Pod](tc.obj)
+			if ok != tc.ok || (ok && got != pod) {
+				t.Errorf("Unwrap = %v, %v; want the pod: %v", got, ok, tc.ok)
+			}
+		})
+	}
+}

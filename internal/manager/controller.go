@@ -344,13 +344,7 @@ func (c *Controller) terminating(name string) bool {
 
 // Event keys: every object maps to the name(s) of the PavProvisioner(s) it concerns.
 
-func object(o any) (metav1.Object, bool) {
-	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = t.Obj
-	}
-	m, ok := o.(metav1.Object)
-	return m, ok
-}
+func object(o any) (metav1.Object, bool) { return kube.Unwrap[metav1.Object](o) }
 
 // nameOf: a PavProvisioner, or a CSIDriver (named after its provisioner).
 func nameOf(o any) []string {
@@ -379,10 +373,7 @@ func ownerKeys(o any) []string {
 }
 
 func pvKeys(o any) []string {
-	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = t.Obj
-	}
-	if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Spec.CSI != nil {
+	if pv, ok := kube.Unwrap[*corev1.PersistentVolume](o); ok && pv.Spec.CSI != nil {
 		return []string{pv.Spec.CSI.Driver}
 	}
 	return nil

@@ -131,9 +131,7 @@ func (s *store[T]) init(k *kind[T], client dynamic.Interface, provisioner string
 		AddFunc:    s.caughtUp,
 		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
+			obj, _ = kube.Unwrap[any](obj)
 			if m, err := s.metaOf(obj); err == nil {
 				s.mu.Lock()
 				if w, ok := s.written[m.GetName()]; ok && isNil(w.obj) {

@@ -68,7 +68,7 @@ const (
 var client kubernetes.Interface
 
 func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+	if v := envCount(name, def); v > 0 {
 		return v
 	}
 	return def
