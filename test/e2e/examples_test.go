@@ -154,14 +154,18 @@ func pavPods(provisioner, phase, prefix string) []corev1.Pod {
 	return out
 }
 
-// waitUnstaged waits until a volume has no staging pod and node 1 has no mount left in
-// the volume's state directory.
+// waitUnstaged waits until a volume is unstaged on node 1: no staging or unstaging pod, no
+// mount left in its state directory, and the directory gone (a staging whose pod completed
+// leaves neither pod nor mount: only the directory says it is still staged).
 func (e *env) waitUnstaged(provisioner, handle string) {
 	e.t.Helper()
 	dir := nodeserver.VolumeDir(pluginVolumes(provisioner), handle)
 	e.poll(provisioner+" volume "+handle+" unstaged", func() (bool, error) {
-		return len(pavPods(provisioner, "staging", handle+"@")) == 0 && len(pavPods(provisioner, "unstaging", handle+"@")) == 0 &&
-			len(hostMounts(dir)) == 0, nil
+		if len(pavPods(provisioner, "staging", handle+"@")) > 0 || len(pavPods(provisioner, "unstaging", handle+"@")) > 0 || len(hostMounts(dir)) > 0 {
+			return false, nil
+		}
+		_, err := os.Stat(dir)
+		return os.IsNotExist(err), nil
 	})
 }
 
@@ -362,7 +366,7 @@ func TestExampleEncryption(t *testing.T) {
 	}
 
 	t.Run("open, write, close", func(t *testing.T) {
-		e := &env{t: t, ctx: e.ctx, ns: e.ns}
+		e := e.in(t)
 		if !dmAvailable() {
 			e.clientPod("opener", "true", "plaintext")
 			msg := e.waitEvent("Pod", "opener", "FailedMapVolume", timeout, "volume staging failed", "has no device-mapper")

@@ -233,6 +233,12 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// in is e for a subtest of e's test: its checks fail the subtest, under its name, and its
+// namespace and objects stay e's.
+func (e *env) in(t *testing.T) *env {
+	return &env{t: t, ctx: e.ctx, ns: e.ns}
+}
+
 func (e *env) poll(what string, cond func() (bool, error)) {
 	e.t.Helper()
 	e.pollFor(what, timeout, cond)
@@ -256,6 +262,16 @@ func (e *env) dumpEvents() {
 	if err != nil {
 		return
 	}
+	// Oldest first: CI's summary of a failure shows the last ten (hack/go-test.sh).
+	when := func(ev *corev1.Event) time.Time {
+		for _, t := range []time.Time{ev.LastTimestamp.Time, ev.EventTime.Time, ev.CreationTimestamp.Time} {
+			if !t.IsZero() {
+				return t
+			}
+		}
+		return time.Time{}
+	}
+	slices.SortStableFunc(evs.Items, func(a, b corev1.Event) int { return when(&a).Compare(when(&b)) })
 	for _, ev := range evs.Items {
 		e.t.Logf("event %s/%s %s: %s", ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
 	}

@@ -56,7 +56,7 @@ func TestExampleLoopBlockSnapshots(t *testing.T) {
 
 	for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock} {
 		t.Run(string(mode), func(t *testing.T) {
-			e := &env{t: t, ctx: e.ctx, ns: e.ns}
+			e := e.in(t)
 			d := lbData{mode}
 			m := strings.ToLower(string(mode))
 			src, restored, clone, snap := "src-"+m, "restored-"+m, "clone-"+m, "snap-"+m

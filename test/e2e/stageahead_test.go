@@ -24,6 +24,7 @@ func TestStagingAhead(t *testing.T) {
 	sc := e.wffcClass(map[string]string{"stageSleep": "2"})
 
 	t.Run("adopted by the kubelet", func(t *testing.T) {
+		e := e.in(t)
 		e.claim("kept", sc, claimOpts{})
 		if out := e.runClient("reader", "ls /data/kept >/dev/null && echo ok", "kept"); out != "ok\n" {
 			t.Fatalf("client read %q", out)
@@ -45,6 +46,7 @@ func TestStagingAhead(t *testing.T) {
 	})
 
 	t.Run("pod gone before the kubelet staged", func(t *testing.T) {
+		e := e.in(t)
 		e.claim("dropped", sc, claimOpts{})
 		// Force-deleted the moment it is bound (seen through a watch): before the kubelet's
 		// NodeStageVolume, some 0.3 s later.
