@@ -127,6 +127,13 @@ type Server struct {
 	// snapshots.
 	GroupSnapshots GroupSnapshotRecords
 
+	// The pods nodes run for volumes (SetNodePods; nil: none known):
+	// DeleteVolume waits for a volume's to go (unstaged.go), unstagedWait at
+	// most (0: DefaultUnstagedWait).
+	nodePods     NodePods
+	gone         goneStagings
+	unstagedWait time.Duration
+
 	busy inflight.Set
 
 	// capacity keeps the reports of spec.storageCapacity (capacity.go),
@@ -1039,6 +1046,10 @@ func (s *Server) deleteRecorded(ctx context.Context, j *job) error {
 	p, v, handle := j.p, j.v, j.v.Status.Handle
 	switch v.Status.Phase {
 	case v1alpha1.VolumeCreated:
+		// Before anything of the deletion: a node may still stage it.
+		if err := s.awaitUnstaged(ctx, p, v); err != nil {
+			return err
+		}
 		if err := j.settleExpansion(ctx); err != nil {
 			return err
 		}

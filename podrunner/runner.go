@@ -241,6 +241,66 @@ func (r *Runner) Cached(namespace, name string) (*corev1.Pod, error) {
 	return p, err
 }
 
+// CachedList returns the pods of the informer cache that sel selects (never
+// mutate them).
+func (r *Runner) CachedList(sel labels.Selector) ([]*corev1.Pod, error) {
+	r.mu.Lock()
+	lister := r.lister
+	r.mu.Unlock()
+	if lister == nil {
+		return nil, ErrNotStarted
+	}
+	return lister.List(sel)
+}
+
+// WaitGone waits until the informer no longer has pod (its namespace, name and
+// UID), or ctx is done.
+func (r *Runner) WaitGone(ctx context.Context, pod *corev1.Pod) error {
+	pw, err := r.watch(pod.Namespace, pod.Name)
+	if err != nil {
+		return err
+	}
+	defer pw.close()
+	return r.waitGone(ctx, pw, pod.UID, false)
+}
+
+// WaitCreated waits until the informer has a pod named name in one of
+// namespaces, and returns it (never mutate it), or until ctx is done.
+func (r *Runner) WaitCreated(ctx context.Context, name string, namespaces ...string) (*corev1.Pod, error) {
+	keys := make([]string, len(namespaces))
+	for i, ns := range namespaces {
+		keys[i] = ns + "/" + name
+	}
+	w := newWaiter()
+	r.mu.Lock()
+	lister, stopped := r.lister, r.stopped
+	if lister == nil {
+		r.mu.Unlock()
+		return nil, ErrNotStarted
+	}
+	r.addWaiter(w, keys...)
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.removeWaiter(w, keys...)
+	}()
+	for {
+		for _, ns := range namespaces {
+			if p, err := lister.Pods(ns).Get(name); err == nil {
+				return p, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-stopped:
+			return nil, ErrStopped
+		case <-w.kick:
+		}
+	}
+}
+
 // onEvent pokes the waiters of a pod, deleted marks the pod's UID gone, and
 // the OnPodEvent handlers are told.
 func (r *Runner) onEvent(obj any, deleted bool) {
@@ -285,22 +345,38 @@ func (r *Runner) watch(ns, name string) (*podWatch, error) {
 	if r.lister == nil {
 		return nil, ErrNotStarted
 	}
-	key := ns + "/" + name
-	w := &waiter{kick: make(chan struct{}, 1), gone: map[types.UID]*corev1.Pod{}}
-	if r.waiters[key] == nil {
-		r.waiters[key] = map[*waiter]struct{}{}
-	}
-	r.waiters[key][w] = struct{}{}
+	w := newWaiter()
+	r.addWaiter(w, ns+"/"+name)
 	return &podWatch{r: r, ns: ns, name: name, w: w, lister: r.lister, stoppedCh: r.stopped}, nil
 }
 
 func (pw *podWatch) close() {
 	pw.r.mu.Lock()
 	defer pw.r.mu.Unlock()
-	key := pw.ns + "/" + pw.name
-	delete(pw.r.waiters[key], pw.w)
-	if len(pw.r.waiters[key]) == 0 {
-		delete(pw.r.waiters, key)
+	pw.r.removeWaiter(pw.w, pw.ns+"/"+pw.name)
+}
+
+func newWaiter() *waiter {
+	return &waiter{kick: make(chan struct{}, 1), gone: map[types.UID]*corev1.Pod{}}
+}
+
+// addWaiter has the events of the pods namespace/name keys poke w; r.mu is held.
+func (r *Runner) addWaiter(w *waiter, keys ...string) {
+	for _, key := range keys {
+		if r.waiters[key] == nil {
+			r.waiters[key] = map[*waiter]struct{}{}
+		}
+		r.waiters[key][w] = struct{}{}
+	}
+}
+
+// removeWaiter undoes addWaiter; r.mu is held.
+func (r *Runner) removeWaiter(w *waiter, keys ...string) {
+	for _, key := range keys {
+		delete(r.waiters[key], w)
+		if len(r.waiters[key]) == 0 {
+			delete(r.waiters, key)
+		}
 	}
 }
 

@@ -274,6 +274,7 @@ func Build(ctx context.Context, o Options, d Deps) (*Services, provisioner.Sourc
 		}
 		svc.Controller = &controllerserver.Server{Source: src, Eval: eval, Pods: d.Runner, Records: recs, Snapshots: snaps, GroupSnapshots: groups,
 			Client: d.Client, Recorder: d.Recorder, Background: ctx, Self: d.Self}
+		svc.Controller.SetNodePods(d.Runner)
 		if d.Client != nil {
 			// Before serving: no operation meets a volume of v0.2.0's
 			// without its record, and no new volume takes its handle.
