@@ -34,7 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -49,8 +48,9 @@ import (
 	"github.com/pods-as-volumes/pav/podrunner"
 )
 
-// NodePods is the controller plugin's view of the pods nodes run for
-// volumes (podrunner.Runner, in controller mode: every node's pods).
+// NodePods is the controller plugin's view of the pods nodes run for its
+// provisioner's volumes (podrunner.Runner, in controller mode: every node's
+// pods of the provisioner).
 type NodePods interface {
 	CachedList(sel labels.Selector) ([]*corev1.Pod, error)
 	WaitGone(ctx context.Context, pod *corev1.Pod) error
@@ -79,8 +79,16 @@ const DefaultUnstagedWait = time.Minute
 // template that makes no pod for the volume costs its deletion this much.
 const unstagingFollows = 5 * time.Second
 
-// nodePhases are the phases whose pods run on a node for a volume.
-var nodePhases = []string{string(v1alpha1.PhaseStaging), string(v1alpha1.PhaseUnstaging), string(v1alpha1.PhaseNodeExpansion)}
+// nodePodSelector selects the pods of the phases nodes run for a volume (the
+// pod runner holds only its provisioner's pods).
+var nodePodSelector = func() labels.Selector {
+	phases := []string{string(v1alpha1.PhaseStaging), string(v1alpha1.PhaseUnstaging), string(v1alpha1.PhaseNodeExpansion)}
+	r, err := labels.NewRequirement(podrunner.LabelPhase, selection.In, phases)
+	if err != nil {
+		panic(err) // constants
+	}
+	return labels.NewSelector().Add(*r)
+}()
 
 // awaitUnstaged waits until no node runs a pod for v (see the file comment),
 // for s.unstagedWait (DefaultUnstagedWait if 0) at most; then it fails with
@@ -97,13 +105,13 @@ func (s *Server) awaitUnstaged(ctx context.Context, p *v1alpha1.PavProvisioner, 
 	defer cancel()
 	waited := false
 	for {
-		pod, err := s.nodePodOf(p.Name, v)
+		pod, err := s.nodePodOf(v)
 		if err != nil {
 			return err
 		}
 		if pod == nil {
-			// A staging pod that went a moment ago, its unstaging pod not
-			// created yet.
+			// A staging pod that went a moment ago (seen here or by the
+			// informer's handler), its unstaging pod not created yet.
 			node, at, ok := s.gone.latest(v.Status.Handle, s.trustedNamespaces(v))
 			if !ok || p.Spec.VolumeUnstaging == nil {
 				return nil
@@ -130,12 +138,9 @@ func (s *Server) awaitUnstaged(ctx context.Context, p *v1alpha1.PavProvisioner, 
 			}
 			return err
 		}
-		// The informer may not have told s.gone yet.
-		if pod.Labels[podrunner.LabelPhase] == string(v1alpha1.PhaseStaging) && p.Spec.VolumeUnstaging != nil {
-			if !s.awaitUnstagingPod(waitCtx, p.Name, v, pod.Spec.NodeName, unstagingFollows) && ctx.Err() != nil {
-				return ctx.Err()
-			}
-		}
+		// The informer tells its waiters before its handlers: s.gone may
+		// not know yet.
+		s.gone.podEvent(pod, true)
 	}
 }
 
@@ -148,7 +153,7 @@ func (s *Server) awaitUnstagingPod(ctx context.Context, provisioner string, v *v
 	}
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	name := podrunner.PodName(provisioner, v1alpha1.PhaseUnstaging, v.Status.Handle+"@"+node)
+	name := podrunner.PodName(provisioner, v1alpha1.PhaseUnstaging, podrunner.NodeVolumeKey(v.Status.Handle, node))
 	_, err := s.nodePods.WaitCreated(ctx, name, s.trustedNamespaces(v)...)
 	return err == nil
 }
@@ -169,11 +174,11 @@ type goneStaging struct {
 // podEvent is the pod runner's event handler.
 func (g *goneStagings) podEvent(pod *corev1.Pod, deleted bool) {
 	ph := pod.Labels[podrunner.LabelPhase]
-	handle := keyHandle(pod.Annotations[podrunner.AnnotationVolumeKey])
-	if handle == "" || (ph != string(v1alpha1.PhaseStaging) || !deleted) && ph != string(v1alpha1.PhaseUnstaging) {
+	handle, node, ok := podrunner.SplitNodeVolumeKey(pod.Annotations[podrunner.AnnotationVolumeKey])
+	if !ok || (ph != string(v1alpha1.PhaseStaging) || !deleted) && ph != string(v1alpha1.PhaseUnstaging) {
 		return
 	}
-	key := goneStaging{handle: handle, node: pod.Spec.NodeName, namespace: pod.Namespace}
+	key := goneStaging{handle: handle, node: node, namespace: pod.Namespace}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -208,22 +213,15 @@ func (g *goneStagings) latest(handle string, namespaces []string) (node string, 
 // nodePodOf is a pod that a node runs for v, or nil. One that has ended
 // counts as long as it is there: its node has not finished with it (a
 // staging pod stopped for the unstaging ends before it goes).
-func (s *Server) nodePodOf(provisioner string, v *v1alpha1.PavVolume) (*corev1.Pod, error) {
-	phases, err := labels.NewRequirement(podrunner.LabelPhase, selection.In, nodePhases)
-	if err != nil {
-		return nil, err
-	}
-	ofProvisioner, err := labels.NewRequirement(podrunner.LabelProvisioner, selection.Equals, []string{provisioner})
-	if err != nil {
-		return nil, err
-	}
-	pods, err := s.nodePods.CachedList(labels.NewSelector().Add(*ofProvisioner, *phases))
+func (s *Server) nodePodOf(v *v1alpha1.PavVolume) (*corev1.Pod, error) {
+	pods, err := s.nodePods.CachedList(nodePodSelector)
 	if err != nil {
 		return nil, fmt.Errorf("listing the volume's node pods: %w", err)
 	}
 	trusted := s.trustedNamespaces(v)
 	for _, pod := range pods {
-		if slices.Contains(trusted, pod.Namespace) && keyHandle(pod.Annotations[podrunner.AnnotationVolumeKey]) == v.Status.Handle {
+		handle, _, ok := podrunner.SplitNodeVolumeKey(pod.Annotations[podrunner.AnnotationVolumeKey])
+		if ok && handle == v.Status.Handle && slices.Contains(trusted, pod.Namespace) {
 			return pod, nil
 		}
 	}
@@ -238,14 +236,4 @@ func (s *Server) trustedNamespaces(v *v1alpha1.PavVolume) []string {
 		ns = append(ns, v.Spec.PVC.Namespace)
 	}
 	return ns
-}
-
-// keyHandle is the handle of a node pod's volume key, handle@node (node
-// names have no "@"; a handle may), or "".
-func keyHandle(key string) string {
-	i := strings.LastIndex(key, "@")
-	if i < 0 {
-		return ""
-	}
-	return key[:i]
 }

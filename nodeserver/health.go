@@ -3,7 +3,6 @@ package nodeserver
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -157,8 +156,8 @@ func (s *Server) WatchStagingPods(r PodEvents) {
 		if pod.Labels[podrunner.LabelPhase] != string(v1alpha1.PhaseStaging) {
 			return
 		}
-		handle, ok := strings.CutSuffix(pod.Annotations[podrunner.AnnotationVolumeKey], "@"+s.NodeID)
-		if !ok {
+		handle, node, ok := podrunner.SplitNodeVolumeKey(pod.Annotations[podrunner.AnnotationVolumeKey])
+		if !ok || node != s.NodeID {
 			return
 		}
 		why := "is gone"

@@ -84,12 +84,13 @@ func migrateState0(dir string, st *staged, f nodeFacts) error {
 		}
 	}
 	if st.StagingPod == nil && st.PodNamespace != "" {
-		name := podrunner.PodName(f.provisioner, v1alpha1.PhaseStaging, st.Handle+"@"+f.nodeID)
+		key := podrunner.NodeVolumeKey(st.Handle, f.nodeID)
+		name := podrunner.PodName(f.provisioner, v1alpha1.PhaseStaging, key)
 		pod, err := f.pod(st.PodNamespace, name)
 		if err != nil {
 			return fmt.Errorf("looking for the staging pod %s/%s that v0.2.0 ran: %w", st.PodNamespace, name, err)
 		}
-		if pod != nil && legacyStagingPod(pod, f.provisioner, st.Handle+"@"+f.nodeID, f.nodeID) {
+		if pod != nil && legacyStagingPod(pod, f.provisioner, key, f.nodeID) {
 			st.StagingPod = &podID{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 			st.Began = true
 			st.KeepRunning = st.Staged && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed

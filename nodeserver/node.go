@@ -254,7 +254,7 @@ func VolumeDir(stateDir, handle string) string {
 // decides the pod's name. `pav render` builds its pods here too, so it shows
 // the names and paths the driver uses.
 func PodOperation(nodeID, stateDir, provisioner string, ph v1alpha1.Phase, handle string, t corev1.PodTemplateSpec) podrunner.Operation {
-	op := podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: handle + "@" + nodeID, Template: t, NodeName: nodeID}
+	op := podrunner.Operation{Provisioner: provisioner, Phase: ph, VolumeKey: podrunner.NodeVolumeKey(handle, nodeID), Template: t, NodeName: nodeID}
 	if ph == v1alpha1.PhaseStaging || ph == v1alpha1.PhaseUnstaging || ph == v1alpha1.PhaseNodeExpansion {
 		op.HostPath = filepath.Join(VolumeDir(stateDir, handle), "pav")
 		op.KeepRunning = ph == v1alpha1.PhaseStaging

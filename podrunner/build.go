@@ -38,7 +38,7 @@ type Operation struct {
 	Provisioner string
 	Phase       v1alpha1.Phase
 	// VolumeKey identifies the volume (and node) the operation is for, e.g. the CSI
-	// volume name (create), handle (delete), handle+"@"+node (stage).
+	// volume name (create), handle (delete), NodeVolumeKey(handle, node) (stage).
 	VolumeKey string
 	// Template is the evaluated pod template. Only metadata.namespace, .labels and
 	// .annotations are used from its metadata: the name is pav's (deterministic),

@@ -561,3 +561,21 @@ func TestBuildPodOwner(t *testing.T) {
 		t.Fatalf("without an owner: %v, %+v", err, pod.OwnerReferences)
 	}
 }
+
+// A node operation's volume key splits back into its handle and node, also
+// for a handle that holds "@".
+func TestNodeVolumeKey(t *testing.T) {
+	for _, tc := range []struct{ handle, node string }{
+		{"pvc-1", "node-a"},
+		{"user@example/bucket", "n1"},
+		{"", "n1"},
+	} {
+		key := podrunner.NodeVolumeKey(tc.handle, tc.node)
+		if h, n, ok := podrunner.SplitNodeVolumeKey(key); !ok || h != tc.handle || n != tc.node {
+			t.Errorf("SplitNodeVolumeKey(%q) = %q, %q, %v; want %q, %q", key, h, n, ok, tc.handle, tc.node)
+		}
+	}
+	if _, _, ok := podrunner.SplitNodeVolumeKey("pvc-1"); ok {
+		t.Error(`SplitNodeVolumeKey("pvc-1") splits a key without a node`)
+	}
+}

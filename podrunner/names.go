@@ -60,6 +60,20 @@ const (
 	maxTokenLen = 256
 )
 
+// NodeVolumeKey is the volume key of a node operation (staging, unstaging,
+// node expansion) of a volume handle on a node.
+func NodeVolumeKey(handle, node string) string { return handle + "@" + node }
+
+// SplitNodeVolumeKey is NodeVolumeKey undone. A handle may hold "@"; a node
+// name (a DNS subdomain) cannot, so the last "@" splits them.
+func SplitNodeVolumeKey(key string) (handle, node string, ok bool) {
+	i := strings.LastIndex(key, "@")
+	if i < 0 {
+		return "", "", false
+	}
+	return key[:i], key[i+1:], true
+}
+
 // PodName is the deterministic name of an operation's pod:
 // pav-<provisioner, truncated>-<phase>-<16 hex digits>. It is at most 63
 // characters, so it is a DNS label: a valid pod name, label value and hostname.

@@ -46,6 +46,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/pods-as-volumes/pav/internal/kube"
 	"github.com/pods-as-volumes/pav/internal/report"
 	"github.com/pods-as-volumes/pav/podrunner"
 )
@@ -332,10 +333,7 @@ func (k *Kubelet) Start(ctx context.Context) error {
 		},
 		// A pod removed at once (unscheduled or finished) ends its goroutine.
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := kube.Unwrap[*corev1.Pod](obj); ok {
 				k.mu.Lock()
 				st := k.pods[pod.UID]
 				k.mu.Unlock()
